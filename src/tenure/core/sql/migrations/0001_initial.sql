@@ -1,0 +1,113 @@
+-- 0001_initial: jobs, job_events, workers, job_executions, schema_migrations.
+-- tenure schema: the state of a fresh database after every migration in sql/migrations.
+-- Executed with search_path set to the target schema, so object names are unqualified.
+-- A test applies the migrations in order and proves the result equals this file.
+
+CREATE TYPE job_status AS ENUM ('pending', 'running', 'completed', 'failed');
+
+-- Global, strictly increasing fencing sequence (R5): each claim draws one value.
+CREATE SEQUENCE job_fence_seq AS bigint;
+
+CREATE TABLE jobs (
+    id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue_name          text        NOT NULL DEFAULT 'default',
+    task                text        NOT NULL,
+    payload             jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    payload_version     integer     NOT NULL DEFAULT 1,
+    status              job_status  NOT NULL DEFAULT 'pending',
+    attempt_count       integer     NOT NULL DEFAULT 0,
+    max_attempts        integer     NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    lease_expiry_count  integer     NOT NULL DEFAULT 0,
+    fence               bigint,
+    available_at        timestamptz NOT NULL DEFAULT now(),
+    started_at          timestamptz,
+    completed_at        timestamptz,
+    failed_at           timestamptz,
+    first_failed_at     timestamptz,
+    last_failed_at      timestamptz,
+    last_heartbeat_at   timestamptz,
+    lease_expires_at    timestamptz,
+    locked_by           text,
+    lock_token          uuid,
+    idempotency_key     text,
+    correlation_id      text,
+    last_error          text,
+    last_error_code     text,
+    checkpoint_step     text,
+    checkpoint_data     jsonb,
+    checkpoint_at       timestamptz,
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT jobs_running_has_lease CHECK (
+        status <> 'running'
+        OR (lock_token IS NOT NULL AND locked_by IS NOT NULL AND lease_expires_at IS NOT NULL)
+    )
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+
+-- Claiming walks only ready rows: O(claimed), not O(table).
+CREATE INDEX jobs_ready_idx ON jobs (queue_name, available_at, id) WHERE status = 'pending';
+-- Reaping and lease metrics walk only running rows.
+CREATE INDEX jobs_running_lease_idx ON jobs (lease_expires_at) WHERE status = 'running';
+CREATE INDEX jobs_running_queue_idx ON jobs (queue_name, started_at) WHERE status = 'running';
+-- The dead-letter queue (status failed) and the retention pruner.
+CREATE INDEX jobs_failed_idx ON jobs (queue_name, failed_at) WHERE status = 'failed';
+CREATE INDEX jobs_completed_idx ON jobs (queue_name, completed_at) WHERE status = 'completed';
+-- Enqueue-time deduplication (R13): one job per business operation key.
+CREATE UNIQUE INDEX jobs_idempotency_key_idx ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+-- Append-only audit of every transition, with the DB time it happened.
+CREATE TABLE job_events (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id      bigint      NOT NULL,
+    queue_name  text        NOT NULL,
+    event       text        NOT NULL,
+    lock_token  uuid,
+    worker_id   text,
+    attempt     integer,
+    reason      text,
+    detail      jsonb,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX job_events_job_idx ON job_events (job_id, id);
+CREATE INDEX job_events_reaped_idx ON job_events (queue_name, created_at)
+    WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter');
+CREATE INDEX job_events_stale_idx ON job_events (queue_name, created_at)
+    WHERE event IN ('stale_completion_rejected', 'stale_write_rejected');
+CREATE INDEX job_events_created_idx ON job_events USING brin (created_at);
+
+-- Worker registry (R9). A worker id is fresh per process, never a host or pod name.
+CREATE TABLE workers (
+    id                  text PRIMARY KEY,
+    host                text        NOT NULL,
+    pid                 integer     NOT NULL,
+    queues              text[]      NOT NULL,
+    concurrency         integer     NOT NULL,
+    heartbeat_seconds   double precision NOT NULL,
+    version             text        NOT NULL,
+    started_at          timestamptz NOT NULL DEFAULT now(),
+    last_seen_at        timestamptz NOT NULL DEFAULT now(),
+    stopped_at          timestamptz
+);
+CREATE INDEX workers_last_seen_idx ON workers (last_seen_at) WHERE stopped_at IS NULL;
+
+-- Execution store for effectively-once side effects (R14).
+CREATE TABLE job_executions (
+    idempotency_key  text PRIMARY KEY,
+    status           text        NOT NULL CHECK (status IN ('processing', 'succeeded', 'retrying', 'failed')),
+    job_id           bigint,
+    lock_token       uuid,
+    attempt_count    integer     NOT NULL DEFAULT 1,
+    lease_until      timestamptz,
+    result_ref       text,
+    last_error_code  text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    succeeded_at     timestamptz
+);
+CREATE INDEX job_executions_processing_idx ON job_executions (lock_token) WHERE status = 'processing';
+
+CREATE TABLE schema_migrations (
+    version     integer PRIMARY KEY,
+    name        text        NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);

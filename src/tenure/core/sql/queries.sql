@@ -1,0 +1,460 @@
+-- Named queries. Each block starts with `-- name: <entity>_<verb>` and a one-line description.
+-- `{schema}` is replaced by the quoted schema name when the file is loaded.
+-- Every time comparison uses the database clock (now()), never the worker's clock (R6).
+
+-- name: job_enqueue
+-- Insert one job; with an idempotency key, return the existing job instead of a copy (R13).
+WITH ins AS (
+    INSERT INTO {schema}.jobs (queue_name, task, payload, payload_version, max_attempts,
+                               available_at, idempotency_key, correlation_id)
+    VALUES (%(queue)s, %(task)s, %(payload)s, %(payload_version)s, %(max_attempts)s,
+            now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+), notified AS (
+    SELECT pg_notify(%(channel)s, %(queue)s) FROM ins
+)
+SELECT id, true AS created FROM ins WHERE (SELECT count(*) FROM notified) >= 0
+UNION ALL
+SELECT j.id, false AS created FROM {schema}.jobs j
+WHERE j.idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: job_enqueue_many
+-- Insert a batch of jobs in one statement (arrays, one element per job); duplicates by key are skipped.
+WITH input AS (
+    SELECT * FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
+                         %(max_attempts)s::int[], %(delays)s::float8[], %(idempotency_keys)s::text[])
+                  WITH ORDINALITY AS t(queue_name, task, payload, max_attempts, delay, idempotency_key, ord)
+), ins AS (
+    INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, idempotency_key)
+    SELECT queue_name, task, payload, max_attempts, now() + make_interval(secs => delay), idempotency_key
+    FROM input ORDER BY ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue_name
+), notified AS (
+    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM ins) d
+)
+SELECT count(*)::int AS inserted FROM ins WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: job_claim
+-- Claim up to `limit` ready jobs atomically (SKIP LOCKED): fresh token and fence per job, lease from the DB clock (R1).
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[]) AND available_at <= now()
+    ORDER BY queue_name, available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.jobs j
+    SET status = 'running', started_at = now(), last_heartbeat_at = now(),
+        lease_expires_at = now() + make_interval(secs => %(lease)s),
+        locked_by = %(worker_id)s, lock_token = gen_random_uuid(),
+        fence = nextval('{schema}.job_fence_seq'),
+        attempt_count = j.attempt_count + 1, updated_at = now()
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
+              j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
+              j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
+              extract(epoch FROM now() - j.available_at)::float8 AS wait_seconds
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt)
+    SELECT id, queue_name, 'claimed', lock_token, %(worker_id)s, attempt_count FROM claimed
+)
+SELECT * FROM claimed;
+
+-- name: job_heartbeat
+-- Renew every lease a worker holds in one statement (CAS per job on its token), bounded by the max total lease (R3, R4).
+WITH held AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
+), renewed AS (
+    UPDATE {schema}.jobs j
+    SET last_heartbeat_at = now(),
+        lease_expires_at = least(now() + make_interval(secs => %(lease)s),
+                                 j.started_at + make_interval(secs => %(max_lease_total)s)),
+        updated_at = now()
+    FROM held
+    WHERE j.id = held.id AND j.status = 'running' AND j.locked_by = %(worker_id)s
+      AND j.lock_token = held.token
+      AND j.started_at + make_interval(secs => %(max_lease_total)s) > now()
+    RETURNING j.id, j.lock_token, j.lease_expires_at
+), effects AS (
+    UPDATE {schema}.job_executions e
+    SET lease_until = r.lease_expires_at, updated_at = now()
+    FROM renewed r
+    WHERE e.status = 'processing' AND e.lock_token = r.lock_token
+), seen AS (
+    UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(worker_id)s
+)
+SELECT h.id,
+       CASE WHEN r.id IS NOT NULL THEN 'renewed'
+            WHEN j.lock_token = h.token AND j.status = 'running' THEN 'max_lease_reached'
+            ELSE 'lost' END AS outcome,
+       r.lease_expires_at,
+       extract(epoch FROM r.lease_expires_at - now())::float8 AS remaining_seconds
+FROM held h
+LEFT JOIN renewed r ON r.id = h.id
+LEFT JOIN {schema}.jobs j ON j.id = h.id;
+
+-- name: job_complete_many
+-- Complete a batch of jobs, each a CAS on (id, running, worker, token); stale attempts are rejected and recorded.
+WITH done AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
+), updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'completed', completed_at = now(), last_heartbeat_at = now(),
+        lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
+    FROM done
+    WHERE j.id = done.id AND j.status = 'running' AND j.locked_by = %(worker_id)s
+      AND j.lock_token = done.token
+    RETURNING j.id, j.queue_name, j.attempt_count, done.token
+), accepted AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt)
+    SELECT id, queue_name, 'completed', token, %(worker_id)s, attempt_count FROM updated
+), rejected AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, reason)
+    SELECT d.id, coalesce(j.queue_name, ''), 'stale_completion_rejected', d.token, %(worker_id)s,
+           'token no longer current'
+    FROM done d LEFT JOIN {schema}.jobs j ON j.id = d.id
+    WHERE NOT EXISTS (SELECT 1 FROM updated u WHERE u.id = d.id)
+)
+SELECT d.id, (u.id IS NOT NULL) AS accepted
+FROM done d LEFT JOIN updated u ON u.id = d.id;
+
+-- name: job_retry
+-- Reschedule one failed attempt with a backoff delay (CAS on the token); records the classified error.
+WITH updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', available_at = now() + make_interval(secs => %(delay)s),
+        lease_expires_at = NULL, locked_by = NULL, lock_token = NULL,
+        last_error = %(error)s, last_error_code = %(error_code)s,
+        first_failed_at = coalesce(j.first_failed_at, now()), last_failed_at = now(),
+        updated_at = now()
+    WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
+      AND j.lock_token = %(token)s
+    RETURNING j.id, j.queue_name, j.attempt_count
+), event AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name, 'retry_scheduled', %(token)s, %(worker_id)s, attempt_count, %(error_code)s,
+           jsonb_build_object('delay_seconds', %(delay)s::float8)
+    FROM updated
+)
+SELECT count(*)::int AS accepted FROM updated;
+
+-- name: job_dead_letter
+-- Move one running job to the dead-letter queue (status failed) with its error code (CAS on the token).
+WITH updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'failed', failed_at = now(),
+        lease_expires_at = NULL, locked_by = NULL, lock_token = NULL,
+        last_error = %(error)s, last_error_code = %(error_code)s,
+        payload = coalesce(%(sanitised_payload)s::jsonb, j.payload),
+        first_failed_at = coalesce(j.first_failed_at, now()), last_failed_at = now(),
+        updated_at = now()
+    WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
+      AND j.lock_token = %(token)s
+    RETURNING j.id, j.queue_name, j.attempt_count
+), event AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
+    SELECT id, queue_name, 'dead_lettered', %(token)s, %(worker_id)s, attempt_count, %(error_code)s
+    FROM updated
+)
+SELECT count(*)::int AS accepted FROM updated;
+
+-- name: job_release
+-- Hand a running job back without using up an attempt (shutdown drain, effect deferral); CAS on the token.
+WITH updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', available_at = now() + make_interval(secs => %(delay)s),
+        attempt_count = greatest(j.attempt_count - 1, 0),
+        lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
+    WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
+      AND j.lock_token = %(token)s
+    RETURNING j.id, j.queue_name, j.attempt_count
+), event AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
+    SELECT id, queue_name, %(event)s, %(token)s, %(worker_id)s, attempt_count, %(reason)s FROM updated
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue_name) FROM updated WHERE %(delay)s::float8 <= 0
+)
+SELECT count(*)::int AS accepted FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: job_checkpoint
+-- Record the last step whose effect is committed (R16); CAS on the token so a stale attempt cannot move it.
+UPDATE {schema}.jobs
+SET checkpoint_step = %(step)s, checkpoint_data = %(data)s, checkpoint_at = now(), updated_at = now()
+WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker_id)s AND lock_token = %(token)s
+RETURNING id;
+
+-- name: job_event_stale_write
+-- Record a rejected stale write (heartbeat, retry, dead-letter, release, checkpoint) for the audit trail.
+INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, reason, detail)
+SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s), ''),
+       %(event)s, %(token)s, %(worker_id)s, %(reason)s, jsonb_build_object('operation', %(operation)s::text);
+
+-- name: job_reap_candidates
+-- Lock (SKIP LOCKED) a bounded batch of running jobs whose lease expired more than `grace` ago (R7); owners judged by the registry.
+SELECT j.id, j.queue_name, j.lock_token, j.locked_by, j.attempt_count, j.max_attempts,
+       j.lease_expiry_count,
+       extract(epoch FROM now() - j.lease_expires_at)::float8 AS expired_for_seconds,
+       CASE WHEN w.id IS NULL THEN 'unknown'
+            WHEN w.stopped_at IS NOT NULL THEN 'stopped'
+            WHEN w.last_seen_at > now() - make_interval(secs => 3 * w.heartbeat_seconds) THEN 'alive'
+            ELSE 'silent' END AS owner_status
+FROM {schema}.jobs j
+LEFT JOIN {schema}.workers w ON w.id = j.locked_by
+WHERE j.status = 'running' AND j.lease_expires_at < now() - make_interval(secs => %(grace)s)
+ORDER BY j.lease_expires_at
+LIMIT %(batch)s
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: job_reap_expired
+-- Requeue (with backoff) or dead-letter the reaped jobs, each a CAS on the token the reaper read; writes the audit event.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(delays)s::float8[],
+                         %(dead)s::bool[], %(owners)s::text[])
+                  AS t(id, token, delay, dead, owner_status)
+), updated AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN i.dead THEN 'failed'::{schema}.job_status ELSE 'pending'::{schema}.job_status END,
+        available_at = CASE WHEN i.dead THEN j.available_at ELSE now() + make_interval(secs => i.delay) END,
+        failed_at = CASE WHEN i.dead THEN now() ELSE NULL END,
+        first_failed_at = coalesce(j.first_failed_at, now()), last_failed_at = now(),
+        last_error = 'lease expired (owner ' || i.owner_status || ')',
+        last_error_code = 'lease_expired',
+        lease_expiry_count = j.lease_expiry_count + 1,
+        lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
+    FROM input i
+    WHERE j.id = i.id AND j.status = 'running' AND j.lock_token = i.token
+    RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name,
+           CASE WHEN dead THEN 'reaped_to_dead_letter' ELSE 'reaped_due_to_expired_lease' END,
+           token, %(reaper_id)s, attempt_count, 'lease_expired',
+           jsonb_build_object('owner_status', owner_status, 'delay_seconds', delay)
+    FROM updated
+), notified AS (
+    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated WHERE NOT dead) d
+)
+SELECT id, queue_name, dead FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: job_get
+-- One job by id, with the DB clock's view of its lease.
+SELECT j.*, now() AS db_now, (j.status = 'running' AND j.lease_expires_at < now()) AS lease_expired
+FROM {schema}.jobs j WHERE j.id = %(id)s;
+
+-- name: job_events_list
+-- The audit trail of one job, oldest first.
+SELECT id, event, lock_token, worker_id, attempt, reason, detail, created_at
+FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
+
+-- name: queue_stats
+-- Per-queue backlog and lease health, from partial indexes only (cheap at a million rows); same query for `tenure stats`, the exporter and the operator.
+WITH pending AS (
+    SELECT queue_name,
+           count(*) FILTER (WHERE available_at <= now()) AS ready,
+           count(*) FILTER (WHERE available_at > now()) AS scheduled,
+           coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())), 0) AS oldest_ready_age,
+           count(*) FILTER (WHERE attempt_count > 0) AS redelivered
+    FROM {schema}.jobs WHERE status = 'pending' GROUP BY queue_name
+), running AS (
+    SELECT queue_name,
+           count(*) AS running,
+           count(*) FILTER (WHERE lease_expires_at < now()) AS running_expired,
+           coalesce(extract(epoch FROM now() - min(started_at)), 0) AS oldest_running_age,
+           coalesce(extract(epoch FROM now() - min(last_heartbeat_at)), 0) AS lag_max,
+           coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM now() - last_heartbeat_at)), 0) AS lag_p95,
+           count(*) FILTER (WHERE attempt_count > 1) AS redelivered
+    FROM {schema}.jobs WHERE status = 'running' GROUP BY queue_name
+), failed AS (
+    SELECT queue_name, count(*) AS failed FROM {schema}.jobs WHERE status = 'failed' GROUP BY queue_name
+), completed AS (
+    SELECT queue_name, count(*) AS completed FROM {schema}.jobs WHERE status = 'completed' GROUP BY queue_name
+), live AS (
+    SELECT q AS queue_name, count(*) AS live_workers
+    FROM {schema}.workers, unnest(queues) AS q
+    WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_seconds)
+    GROUP BY q
+), reaped AS (
+    SELECT queue_name, count(*) AS reaped FROM {schema}.job_events
+    WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter') GROUP BY queue_name
+), queues AS (
+    SELECT queue_name FROM pending UNION SELECT queue_name FROM running
+    UNION SELECT queue_name FROM failed UNION SELECT queue_name FROM completed
+    UNION SELECT queue_name FROM live
+)
+SELECT q.queue_name AS queue,
+       coalesce(p.ready, 0)::bigint AS ready,
+       coalesce(p.scheduled, 0)::bigint AS scheduled,
+       coalesce(r.running, 0)::bigint AS running,
+       coalesce(r.running_expired, 0)::bigint AS running_expired,
+       coalesce(c.completed, 0)::bigint AS completed,
+       coalesce(f.failed, 0)::bigint AS failed,
+       coalesce(p.oldest_ready_age, 0)::float8 AS oldest_ready_age_seconds,
+       coalesce(r.oldest_running_age, 0)::float8 AS oldest_running_age_seconds,
+       coalesce(r.lag_max, 0)::float8 AS heartbeat_lag_max_seconds,
+       coalesce(r.lag_p95, 0)::float8 AS heartbeat_lag_p95_seconds,
+       coalesce(l.live_workers, 0)::bigint AS live_workers,
+       (coalesce(p.redelivered, 0) + coalesce(r.redelivered, 0))::bigint AS redelivered,
+       coalesce(rp.reaped, 0)::bigint AS reaped_total
+FROM queues q
+LEFT JOIN pending p USING (queue_name)
+LEFT JOIN running r USING (queue_name)
+LEFT JOIN failed f USING (queue_name)
+LEFT JOIN completed c USING (queue_name)
+LEFT JOIN live l USING (queue_name)
+LEFT JOIN reaped rp USING (queue_name)
+WHERE %(queue)s::text IS NULL OR q.queue_name = %(queue)s::text
+ORDER BY q.queue_name;
+
+-- name: worker_register
+-- Add this process to the worker registry (R9).
+INSERT INTO {schema}.workers (id, host, pid, queues, concurrency, heartbeat_seconds, version)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(heartbeat_seconds)s, %(version)s)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopped_at = NULL;
+
+-- name: worker_touch
+-- Mark a worker as seen now (when it holds no jobs, the heartbeat statement is skipped).
+UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(id)s;
+
+-- name: worker_stop
+-- Mark a worker as cleanly stopped.
+UPDATE {schema}.workers SET stopped_at = now(), last_seen_at = now() WHERE id = %(id)s;
+
+-- name: worker_list
+-- The registry with each worker's liveness judged by the DB clock.
+SELECT id, host, pid, queues, concurrency, heartbeat_seconds, version, started_at, last_seen_at, stopped_at,
+       extract(epoch FROM now() - last_seen_at)::float8 AS silent_seconds,
+       (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_seconds)) AS alive
+FROM {schema}.workers
+WHERE stopped_at IS NULL OR stopped_at > now() - interval '1 day'
+ORDER BY started_at;
+
+-- name: worker_prune
+-- Forget workers that stopped or went silent long ago (their jobs are recovered by lease expiry, never by this row).
+DELETE FROM {schema}.workers
+WHERE coalesce(stopped_at, last_seen_at) < now() - make_interval(secs => %(older_than)s);
+
+-- name: execution_claim
+-- Atomically claim an idempotency key (R14): insert, or take over only a non-succeeded key whose lease has expired.
+WITH claimed AS (
+    INSERT INTO {schema}.job_executions AS e (idempotency_key, status, job_id, lock_token, lease_until)
+    VALUES (%(key)s, 'processing', %(job_id)s, %(token)s, now() + make_interval(secs => %(lease)s))
+    ON CONFLICT (idempotency_key) DO UPDATE
+    SET status = 'processing', job_id = excluded.job_id, lock_token = excluded.lock_token,
+        lease_until = excluded.lease_until, attempt_count = e.attempt_count + 1, updated_at = now()
+    WHERE e.status <> 'succeeded'
+      AND (e.status IN ('retrying', 'failed') OR e.lease_until IS NULL OR e.lease_until < now()
+           OR e.lock_token = excluded.lock_token)
+    RETURNING e.attempt_count
+)
+SELECT 'claimed' AS outcome, NULL::text AS result_ref, attempt_count FROM claimed
+UNION ALL
+SELECT CASE WHEN e.status = 'succeeded' THEN 'already_succeeded' ELSE 'leased_by_other_worker' END,
+       e.result_ref, e.attempt_count
+FROM {schema}.job_executions e
+WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM claimed);
+
+-- name: execution_succeed
+-- Record the effect's result; only the holder of the key's current claim may (CAS on the token).
+UPDATE {schema}.job_executions
+SET status = 'succeeded', result_ref = %(result_ref)s, lease_until = NULL, succeeded_at = now(),
+    updated_at = now(), last_error_code = NULL
+WHERE idempotency_key = %(key)s AND status = 'processing' AND lock_token = %(token)s
+RETURNING idempotency_key;
+
+-- name: execution_fail
+-- Record a failed effect attempt (retrying or failed); only the current holder may.
+UPDATE {schema}.job_executions
+SET status = %(status)s, last_error_code = %(error_code)s, lease_until = NULL, updated_at = now()
+WHERE idempotency_key = %(key)s AND status = 'processing' AND lock_token = %(token)s
+RETURNING idempotency_key;
+
+-- name: execution_get
+-- One execution record by idempotency key.
+SELECT * FROM {schema}.job_executions WHERE idempotency_key = %(key)s;
+
+-- name: dlq_list
+-- Dead-lettered jobs, newest first, optionally filtered by queue and error code.
+SELECT id, queue_name, task, idempotency_key, payload_version, attempt_count, lease_expiry_count,
+       first_failed_at, last_failed_at, failed_at, last_error_code, last_error, correlation_id
+FROM {schema}.jobs
+WHERE status = 'failed'
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+ORDER BY failed_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: dlq_select_for_replay
+-- The next batch of dead-lettered jobs to replay (by id list or by error code), oldest first, locked.
+SELECT id, queue_name, task, payload, payload_version
+FROM {schema}.jobs
+WHERE status = 'failed'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+  AND id > %(after_id)s
+ORDER BY id
+LIMIT %(batch)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: dlq_replay
+-- Move dead-lettered jobs back to pending with a fresh attempt budget; only jobs still in the DLQ move (idempotent re-runs).
+WITH updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', available_at = now(), attempt_count = 0, lease_expiry_count = 0,
+        failed_at = NULL, updated_at = now()
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'failed'
+    RETURNING j.id, j.queue_name
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, reason)
+    SELECT id, queue_name, 'replayed_from_dead_letter', %(reason)s FROM updated
+), notified AS (
+    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated) d
+)
+SELECT id FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: dlq_mark_invalid
+-- Record that a replay skipped a dead-lettered job because its payload fails validation.
+INSERT INTO {schema}.job_events (job_id, queue_name, event, reason)
+SELECT id, queue_name, 'replay_skipped_invalid', %(reason)s FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: dlq_purge
+-- Delete dead-lettered jobs that failed more than `older_than` seconds ago (retention policy).
+DELETE FROM {schema}.jobs
+WHERE status = 'failed' AND failed_at < now() - make_interval(secs => %(older_than)s)
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+RETURNING id;
+
+-- name: job_prune_completed
+-- Delete up to `batch` completed jobs older than `older_than` seconds, and their audit events.
+WITH doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'completed' AND completed_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY completed_at LIMIT %(batch)s
+), deleted AS (
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+), events AS (
+    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+)
+SELECT count(*)::int AS deleted FROM deleted;
+
+-- name: job_runtime_quantiles
+-- Runtime p50/p99 of recent successful attempts per queue and task (from audit events), for `tenure doctor`.
+WITH runs AS (
+    SELECT c.queue_name, j.task,
+           extract(epoch FROM c.created_at - cl.created_at) AS runtime
+    FROM {schema}.job_events c
+    JOIN {schema}.job_events cl ON cl.job_id = c.job_id AND cl.lock_token = c.lock_token AND cl.event = 'claimed'
+    JOIN {schema}.jobs j ON j.id = c.job_id
+    WHERE c.event = 'completed' AND c.created_at > now() - make_interval(secs => %(window)s)
+)
+SELECT queue_name, task, count(*)::bigint AS runs,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime)::float8 AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime)::float8 AS p99,
+       max(runtime)::float8 AS max
+FROM runs GROUP BY queue_name, task ORDER BY queue_name, task;
+
+-- name: db_now
+-- The database clock, the only clock leases are judged by.
+SELECT now() AS now, extract(epoch FROM now())::float8 AS epoch;

@@ -1,0 +1,36 @@
+"""Sample tasks for `tenure demo` and the tests."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from tenure import App, JobContext, PermanentError
+
+app = App("demo")
+
+
+@app.task("send_invoice_email", validate=lambda p: int(p["invoice_id"]))
+def send_invoice_email(ctx: JobContext) -> None:
+    invoice = ctx.payload["invoice_id"]
+    with ctx.effect(f"invoice:{invoice}:email:v1") as effect:
+        if not effect.already_succeeded:
+            time.sleep(0.05)  # the provider call, made with the effect's key
+            effect.succeeded(f"msg-{invoice}")
+
+
+@app.task("crash_once")
+def crash_once(ctx: JobContext) -> None:
+    """Kills its own worker mid-job on the first attempt (a node dying), then succeeds."""
+    marker = Path(ctx.payload["marker"])
+    if not marker.exists():
+        marker.touch()
+        time.sleep(0.3)
+        os._exit(137)
+    time.sleep(0.2)
+
+
+@app.task("always_fails")
+def always_fails(ctx: JobContext) -> None:
+    raise PermanentError("this payload can never succeed", code="invalid_reference")

@@ -1,0 +1,516 @@
+"""Grafana dashboards for tenure, generated with grafanalib.
+
+Three dashboards (overview, lease health, retries/dedup) are rendered into
+``dashboards/*.json`` by ``python -m tenure.observability.generate``. Each has a
+``datasource`` variable (any Prometheus) and a multi-value ``queue`` variable; every panel
+query filters ``queue=~"$queue"`` through :func:`sel`, and panels that mirror an alert draw
+its threshold from :class:`~tenure.observability.alerts.AlertThresholds`.
+
+Limits: panels use only metrics that carry a ``queue`` label (see docs/metrics.md), so
+unlabelled process metrics (heartbeat round-trip, reaper cycle time, exporter freshness) are
+not charted here. Output is deterministic: fixed uids and panel ids, keys sorted on render.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from grafanalib._gen import DashboardEncoder
+from grafanalib.core import (
+    Dashboard,
+    GridPos,
+    Heatmap,
+    Target,
+    Template,
+    Templating,
+    Time,
+    TimeSeries,
+)
+
+from tenure.observability.alerts import AlertThresholds
+
+QUEUE_FILTER = 'queue=~"$queue"'
+"""Label matcher every panel query carries."""
+
+RATE = "$__rate_interval"
+READY = 'state="ready"'
+RUNNING = 'state="running"'
+DEAD_LETTERED = 'outcome="dead_lettered"'
+DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
+SCHEMA_VERSION = 39
+DASHBOARD_TAGS = ["tenure"]
+
+DASHBOARD_UIDS: dict[str, str] = {
+    "overview": "tenure-overview",
+    "lease-health": "tenure-lease-health",
+    "retries-dedup": "tenure-retries-dedup",
+}
+"""File stem -> Grafana uid; the uids are stable so links and provisioning survive regeneration."""
+
+
+def sel(metric: str, *matchers: str) -> str:
+    """A series selector for ``metric`` filtered by the queue variable plus ``matchers``."""
+    return f"{metric}{{{','.join((QUEUE_FILTER, *matchers))}}}"
+
+
+def rate(metric: str, *matchers: str) -> str:
+    return f"rate({sel(metric, *matchers)}[{RATE}])"
+
+
+def quantile(q: float, histogram: str, by: str = "queue") -> str:
+    return (
+        f"histogram_quantile({q}, sum by ({by}, le) "
+        f"(rate({sel(histogram + '_bucket')}[{RATE}])))"
+    )
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """Declarative panel description turned into a grafanalib panel by :func:`_panel`."""
+
+    title: str
+    description: str
+    queries: list[Query]
+    unit: str = "short"
+    width: int = 12
+    height: int = 8
+    kind: str = "timeseries"  # or "heatmap"
+    thresholds: list[float] = field(default_factory=list)
+    bars: bool = False
+    right_axis_regex: str | None = None
+    stacked: bool = False
+
+
+def _threshold_steps(values: list[float]) -> list[dict[str, Any]]:
+    colors = ["orange", "red"]
+    steps: list[dict[str, Any]] = [{"color": "green", "value": None}]
+    for i, value in enumerate(values):
+        steps.append({"color": colors[min(i, len(colors) - 1)], "value": value})
+    return steps
+
+
+def _targets(spec: PanelSpec) -> list[Any]:
+    targets: list[Any] = []
+    for i, q in enumerate(spec.queries):
+        targets.append(Target(
+            expr=q.expr,
+            legendFormat=q.legend,
+            refId=chr(ord("A") + i),
+            datasource=DATASOURCE,
+            format="heatmap" if spec.kind == "heatmap" else "time_series",
+            intervalFactor=1,
+        ))
+    return targets
+
+
+def _panel(spec: PanelSpec, panel_id: int, x: int, y: int) -> Any:
+    grid = GridPos(h=spec.height, w=spec.width, x=x, y=y)
+    if spec.kind == "heatmap":
+        return Heatmap(
+            title=spec.title,
+            description=spec.description,
+            dataSource=DATASOURCE,
+            targets=_targets(spec),
+            gridPos=grid,
+            id=panel_id,
+            dataFormat="tsbuckets",
+            hideZeroBuckets=True,
+            yBucketBound="upper",
+            maxDataPoints=50,
+        )
+    overrides: list[dict[str, Any]] = []
+    if spec.right_axis_regex:
+        overrides.append({
+            "matcher": {"id": "byRegexp", "options": spec.right_axis_regex},
+            "properties": [{"id": "custom.axisPlacement", "value": "right"}],
+        })
+    return TimeSeries(
+        title=spec.title,
+        description=spec.description,
+        dataSource=DATASOURCE,
+        targets=_targets(spec),
+        gridPos=grid,
+        id=panel_id,
+        unit=spec.unit,
+        drawStyle="bars" if spec.bars else "line",
+        fillOpacity=30 if (spec.bars or spec.stacked) else 10,
+        stacking={"mode": "normal", "group": "A"} if spec.stacked else {},
+        legendDisplayMode="table",
+        legendCalcs=["lastNotNull", "max"],
+        tooltipMode="multi",
+        tooltipSort="desc",
+        thresholds=_threshold_steps(spec.thresholds),
+        thresholdsStyleMode="line" if spec.thresholds else "off",
+        overrides=overrides,
+        valueMin=0,
+    )
+
+
+def _templating() -> Any:
+    datasource = Template(
+        name="datasource",
+        label="Data source",
+        query="prometheus",
+        type="datasource",
+        hide=0,
+        refresh=1,
+        sort=0,
+    )
+    queue = Template(
+        name="queue",
+        label="Queue",
+        query="label_values(tenure_queue_jobs, queue)",
+        dataSource=DATASOURCE,
+        multi=True,
+        includeAll=True,
+        allValue=".*",
+        default="$__all",
+        refresh=2,  # on time range change: new queues appear without a reload
+        sort=1,
+    )
+    return Templating(list=[datasource, queue])
+
+
+def _dashboard(key: str, title: str, description: str, specs: list[PanelSpec]) -> Any:
+    panels: list[Any] = []
+    x = y = 0
+    row_height = 0
+    for panel_id, spec in enumerate(specs, start=1):
+        if x + spec.width > 24:
+            x, y = 0, y + row_height
+            row_height = 0
+        panels.append(_panel(spec, panel_id, x, y))
+        x += spec.width
+        row_height = max(row_height, spec.height)
+    return Dashboard(
+        title=title,
+        description=description,
+        uid=DASHBOARD_UIDS[key],
+        tags=DASHBOARD_TAGS,
+        panels=panels,
+        templating=_templating(),
+        time=Time("now-3h", "now"),
+        refresh="30s",
+        timezone="browser",
+        schemaVersion=SCHEMA_VERSION,
+        graphTooltip=1,
+        editable=True,
+        links=[{
+            "asDropdown": False,
+            "icon": "external link",
+            "includeVars": True,
+            "keepTime": True,
+            "tags": DASHBOARD_TAGS,
+            "targetBlank": False,
+            "title": "tenure dashboards",
+            "type": "dashboards",
+        }],
+    )
+
+
+def overview(t: AlertThresholds) -> Any:
+    specs = [
+        PanelSpec(
+            "Throughput (jobs/s)",
+            "Claims, completions accepted by the token CAS, and handler failures, summed over"
+            " workers.",
+            [
+                Query(f"sum by (queue) ({rate('tenure_jobs_completed_total')})",
+                      "{{queue}} completed"),
+                Query(f"sum by (queue) ({rate('tenure_jobs_claimed_total')})",
+                      "{{queue}} claimed"),
+                Query(f"sum by (queue) ({rate('tenure_jobs_failed_total')})",
+                      "{{queue}} failed"),
+            ],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Ready backlog vs live workers",
+            "Ready jobs (left) against workers the registry saw within their liveness window"
+            " (right). Backlog rising while workers stay flat and throughput is zero means hung"
+            " or unable to claim (TenureJobsPilingUpWorkersAlive).",
+            [
+                Query(f"max by (queue) ({sel('tenure_queue_jobs', READY)})",
+                      "{{queue}} ready"),
+                Query(f"max by (queue) ({sel('tenure_queue_live_workers')})",
+                      "{{queue}} live workers"),
+            ],
+            right_axis_regex=".* live workers",
+        ),
+        PanelSpec(
+            "Jobs by state",
+            "Queue contents by state, from SQL (not summed from workers).",
+            [Query(f"max by (queue, state) ({sel('tenure_queue_jobs')})", "{{queue}} {{state}}")],
+        ),
+        PanelSpec(
+            "Oldest ready job age",
+            "Time the oldest ready job has waited since available_at. The line is the SLA of"
+            " TenureOldestReadyJobOverSLA.",
+            [Query(f"max by (queue) ({sel('tenure_queue_oldest_ready_age_seconds')})",
+                   "{{queue}}")],
+            unit="s",
+            thresholds=[t.ready_age_sla_seconds],
+        ),
+        PanelSpec(
+            "Dead-letter queue depth",
+            "Failed jobs waiting in the DLQ (a quarantine: inspect with `tenure dlq`, replay in"
+            " small batches after a fix).",
+            [Query(f"max by (queue) ({sel('tenure_queue_dead_letter_jobs')})", "{{queue}}")],
+            thresholds=[float(t.dead_letter_max_jobs) + 1] if t.dead_letter_max_jobs else [],
+        ),
+        PanelSpec(
+            "Dead-lettered (jobs/s)",
+            "Jobs moved to the DLQ by workers (by error code) and by the reaper (attempts"
+            " exhausted on an expired lease).",
+            [
+                Query(
+                    f"sum by (queue, error_code) ({rate('tenure_jobs_dead_lettered_total')})",
+                    "{{queue}} {{error_code}}",
+                ),
+                Query(
+                    "sum by (queue) "
+                    f"({rate('tenure_reaper_reaped_total', DEAD_LETTERED)})",
+                    "{{queue}} reaper",
+                ),
+            ],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Running (DB) vs in flight (workers)",
+            "Running rows in the database against handlers the workers report running. A gap"
+            " that persists is zombie jobs: rows marked running that no live handler holds.",
+            [
+                Query(f"max by (queue) ({sel('tenure_queue_jobs', RUNNING)})",
+                      "{{queue}} running (DB)"),
+                Query(f"sum by (queue) ({sel('tenure_jobs_in_flight')})",
+                      "{{queue}} in flight"),
+            ],
+        ),
+        PanelSpec(
+            "Queueing latency and runtime",
+            "p95 wait from available_at to claim, and p50/p99 handler runtime. The runtime p99"
+            " is the basis for the lease length (R21).",
+            [
+                Query(quantile(0.95, "tenure_job_wait_seconds"), "{{queue}} wait p95"),
+                Query(quantile(0.5, "tenure_job_runtime_seconds"), "{{queue}} runtime p50"),
+                Query(quantile(0.99, "tenure_job_runtime_seconds"), "{{queue}} runtime p99"),
+            ],
+            unit="s",
+        ),
+    ]
+    return _dashboard(
+        "overview", "tenure / Overview",
+        "Throughput, backlog against live workers, queueing age and the dead-letter queue.",
+        specs,
+    )
+
+
+def lease_health(t: AlertThresholds) -> Any:
+    p99_limit = (
+        f"clamp_min({quantile(0.99, 'tenure_job_runtime_seconds')}"
+        f" * {t.oldest_running_runtime_p99_multiple:g}, {t.oldest_running_min_seconds:g})"
+    )
+    specs = [
+        PanelSpec(
+            "Running jobs with an expired lease",
+            "Zombie candidates: running rows whose lease expired by the DB clock. Lines are"
+            " the TenureExpiredLeases and TenureExpiredLeasesHigh thresholds.",
+            [
+                Query(f"max by (queue) ({sel('tenure_queue_running_expired_leases')})",
+                      "{{queue}} expired"),
+                Query(f"max by (queue) ({sel('tenure_queue_jobs', RUNNING)})",
+                      "{{queue}} running"),
+            ],
+            thresholds=[float(t.expired_leases_warning_count) + 1,
+                        float(t.expired_leases_critical_count) + 1],
+        ),
+        PanelSpec(
+            "Heartbeat lag (max, p95)",
+            "now - last_heartbeat_at over running jobs. The line is the p95 threshold of"
+            " TenureHeartbeatLagHigh; it should sit well below the lease.",
+            [
+                Query(f"max by (queue) ({sel('tenure_queue_heartbeat_lag_max_seconds')})",
+                      "{{queue}} max"),
+                Query(f"max by (queue) ({sel('tenure_queue_heartbeat_lag_p95_seconds')})",
+                      "{{queue}} p95"),
+            ],
+            unit="s",
+            thresholds=[t.heartbeat_lag_p95_seconds],
+        ),
+        PanelSpec(
+            "Oldest running job vs runtime p99",
+            "Age of the oldest running job against the TenureOldestRunningJobTooOld limit"
+            " (runtime p99 times the configured multiple, floored).",
+            [
+                Query(f"max by (queue) ({sel('tenure_queue_oldest_running_age_seconds')})",
+                      "{{queue}} oldest running"),
+                Query(p99_limit, "{{queue}} alert limit"),
+            ],
+            unit="s",
+        ),
+        PanelSpec(
+            "Reaped jobs per interval",
+            "Jobs the reaper recovered per interval (from job_events), and the reaper's own"
+            " transitions by outcome. Spikes mean mass worker loss or a reaper that is too"
+            " eager (compare with stale writes rejected).",
+            [
+                Query(f"max by (queue) (increase({sel('tenure_queue_reaped_jobs_total')}"
+                      f"[{RATE}]))", "{{queue}} reaped"),
+                Query(f"sum by (queue, outcome) (increase({sel('tenure_reaper_reaped_total')}"
+                      f"[{RATE}]))", "{{queue}} reaper {{outcome}}"),
+            ],
+            bars=True,
+        ),
+        PanelSpec(
+            "Leases lost (/s)",
+            "Heartbeats rejected because the token moved, the row is gone or the maximum total"
+            " lease was reached; the handler was told to stop.",
+            [Query(f"sum by (queue, task) ({rate('tenure_leases_lost_total')})",
+                   "{{queue}} {{task}}")],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Stale writes rejected by the token CAS (/s)",
+            "Complete/fail/retry/release/checkpoint/heartbeat writes from a worker that no"
+            " longer owns the job. Non-zero after reaps means the reaper took over jobs that"
+            " were still running (lease or grace too short).",
+            [Query(f"sum by (queue, operation) ({rate('tenure_stale_writes_rejected_total')})",
+                   "{{queue}} {{operation}}")],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Lease extensions (/s)",
+            "Lease renewals accepted by heartbeat. Falling to zero while jobs are running means"
+            " heartbeats stopped.",
+            [Query(f"sum by (queue, task) ({rate('tenure_lease_extensions_total')})",
+                   "{{queue}} {{task}}")],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Released on shutdown (/s)",
+            "Jobs handed back during a SIGTERM drain; expected around deploys.",
+            [Query(f"sum by (queue, task) ({rate('tenure_jobs_released_total')})",
+                   "{{queue}} {{task}}")],
+            unit="ops",
+        ),
+    ]
+    return _dashboard(
+        "lease-health", "tenure / Lease health",
+        "Zombie detection: expired leases, heartbeat lag, oldest running job, reaper activity"
+        " and token-CAS rejections.",
+        specs,
+    )
+
+
+def retries_dedup(t: AlertThresholds) -> Any:
+    specs = [
+        PanelSpec(
+            "Attempt distribution at claim",
+            "Claims per interval by attempt number (histogram buckets). Mass at attempt > 1"
+            " means redeliveries: retries or reaped leases.",
+            [Query(f"sum by (le) (increase({sel('tenure_job_attempts_bucket')}[{RATE}]))",
+                   "{{le}}")],
+            kind="heatmap",
+        ),
+        PanelSpec(
+            "Redelivered jobs (attempt > 1)",
+            "Non-terminal jobs on a second or later attempt, and the p95 attempt number at"
+            " claim.",
+            [
+                Query(f"max by (queue) ({sel('tenure_queue_redelivered_jobs')})",
+                      "{{queue}} redelivered"),
+                Query(quantile(0.95, "tenure_job_attempts"), "{{queue}} attempt p95"),
+            ],
+        ),
+        PanelSpec(
+            "Retries by error code (/s)",
+            "Failures rescheduled with backoff, by classified error code.",
+            [Query(f"sum by (queue, error_code) ({rate('tenure_jobs_retried_total')})",
+                   "{{queue}} {{error_code}}")],
+            unit="ops",
+            stacked=True,
+        ),
+        PanelSpec(
+            "Retry share of claims",
+            "Retries divided by claims. The line is the TenureRetryStorm threshold.",
+            [Query(
+                f"sum by (queue) ({rate('tenure_jobs_retried_total')})"
+                f" / sum by (queue) ({rate('tenure_jobs_claimed_total')})",
+                "{{queue}}",
+            )],
+            unit="percentunit",
+            thresholds=[t.retry_share_of_claims],
+        ),
+        PanelSpec(
+            "Failures by error code (/s)",
+            "Every handler attempt that raised, by classified error code.",
+            [Query(f"sum by (queue, error_code) ({rate('tenure_jobs_failed_total')})",
+                   "{{queue}} {{error_code}}")],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Dedup hit rate by source",
+            "Share of idempotency checks that found an existing job (source=enqueue) or an"
+            " existing effect (source=effect). A rising effect hit rate is duplicate execution"
+            " being absorbed (TenureDedupHitRateSpike).",
+            [Query(
+                f"sum by (queue, source) ({rate('tenure_dedup_hits_total')})"
+                f" / sum by (queue, source) ({rate('tenure_dedup_checks_total')})",
+                "{{queue}} {{source}}",
+            )],
+            unit="percentunit",
+        ),
+        PanelSpec(
+            "Dedup hits (/s) by source",
+            "Absolute duplicate suppressions per second.",
+            [Query(f"sum by (queue, source) ({rate('tenure_dedup_hits_total')})",
+                   "{{queue}} {{source}}")],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Dead-lettered (jobs/s)",
+            "Jobs moved to the DLQ by workers (by error code) and by the reaper.",
+            [
+                Query(
+                    f"sum by (queue, error_code) ({rate('tenure_jobs_dead_lettered_total')})",
+                    "{{queue}} {{error_code}}",
+                ),
+                Query(
+                    "sum by (queue) "
+                    f"({rate('tenure_reaper_reaped_total', DEAD_LETTERED)})",
+                    "{{queue}} reaper",
+                ),
+            ],
+            unit="ops",
+        ),
+    ]
+    return _dashboard(
+        "retries-dedup", "tenure / Retries and dedup",
+        "Attempt distribution, retries and failures by error code, dedup hit rate and"
+        " dead-lettering.",
+        specs,
+    )
+
+
+def build_dashboards(thresholds: AlertThresholds | None = None) -> dict[str, Any]:
+    """File stem -> grafanalib Dashboard, in a stable order."""
+    t = thresholds or AlertThresholds()
+    return {
+        "overview": overview(t),
+        "lease-health": lease_health(t),
+        "retries-dedup": retries_dedup(t),
+    }
+
+
+def render_dashboard(dashboard: Any) -> str:
+    """Dashboard JSON text: sorted keys, two-space indent, trailing newline."""
+    data = dashboard.to_json_data()
+    return json.dumps(data, sort_keys=True, indent=2, cls=DashboardEncoder) + "\n"

@@ -1,0 +1,100 @@
+"""Queue-level metrics from SQL (docs/metrics.md), one collector for `tenure exporter` and the
+reaper loop. It reads the same ``queue_stats`` query as `tenure stats`, so both agree.
+
+Each scrape runs one query (partial indexes only); results are cached for ``min_interval``
+seconds so that several scrapers cannot load the database. When the database is unreachable the
+collector still answers, with ``tenure_exporter_errors_total`` raised and no queue series.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tenure.core.db import Connection, connect
+from tenure.core.repository import Repository
+from tenure.core.stats import QueueStats
+
+log = logging.getLogger("tenure.exporter")
+MIN_INTERVAL_DEFAULT = 5.0
+
+
+class QueueCollector(Collector):
+    """A Prometheus collector over ``queue_stats``."""
+
+    def __init__(self, dsn: str, schema: str, *, min_interval: float = MIN_INTERVAL_DEFAULT) -> None:
+        self.dsn, self.schema, self.min_interval = dsn, schema, min_interval
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+        self._cached: list[QueueStats] | None = None
+        self._cached_at = 0.0
+        self.last_success = 0.0
+        self.errors = 0
+
+    def read(self) -> list[QueueStats] | None:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is not None and now - self._cached_at < self.min_interval:
+                return self._cached
+            try:
+                if self._conn is None or self._conn.closed or self._conn.broken:
+                    self._conn = connect(self.dsn, application_name="tenure-exporter")
+                stats = Repository(self._conn, self.schema).queue_stats()
+            except psycopg.Error as exc:
+                self.errors += 1
+                log.warning("queue stats failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                self._cached = None
+                return None
+            self._cached, self._cached_at, self.last_success = stats, now, time.time()
+            return stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self.read()
+        if stats is not None:
+            jobs = GaugeMetricFamily("tenure_queue_jobs", "Jobs by state.", labels=["queue", "state"])
+            gauges = {
+                "running_expired": GaugeMetricFamily("tenure_queue_running_expired_leases",
+                                                     "Running jobs whose lease has expired.", labels=["queue"]),
+                "oldest_ready_age_seconds": GaugeMetricFamily("tenure_queue_oldest_ready_age_seconds",
+                                                              "Age of the oldest ready job.", labels=["queue"]),
+                "oldest_running_age_seconds": GaugeMetricFamily("tenure_queue_oldest_running_age_seconds",
+                                                                "Age of the oldest running job.", labels=["queue"]),
+                "heartbeat_lag_max_seconds": GaugeMetricFamily("tenure_queue_heartbeat_lag_max_seconds",
+                                                               "Max heartbeat lag of running jobs.", labels=["queue"]),
+                "heartbeat_lag_p95_seconds": GaugeMetricFamily("tenure_queue_heartbeat_lag_p95_seconds",
+                                                               "p95 heartbeat lag of running jobs.", labels=["queue"]),
+                "failed": GaugeMetricFamily("tenure_queue_dead_letter_jobs", "Dead-letter queue depth.",
+                                            labels=["queue"]),
+                "redelivered": GaugeMetricFamily("tenure_queue_redelivered_jobs",
+                                                 "Non-terminal jobs on attempt > 1.", labels=["queue"]),
+                "live_workers": GaugeMetricFamily("tenure_queue_live_workers", "Live workers in the registry.",
+                                                  labels=["queue"]),
+            }
+            reaped = CounterMetricFamily("tenure_queue_reaped_jobs", "Jobs recovered by the reaper.",
+                                         labels=["queue"])
+            for s in stats:
+                for state, value in (("ready", s.ready), ("scheduled", s.scheduled), ("running", s.running),
+                                     ("completed", s.completed), ("failed", s.failed)):
+                    jobs.add_metric([s.queue, state], value)
+                for attr, family in gauges.items():
+                    family.add_metric([s.queue], float(getattr(s, attr)))
+                reaped.add_metric([s.queue], s.reaped_total)
+            yield jobs
+            yield from gauges.values()
+            yield reaped
+        last = GaugeMetricFamily("tenure_exporter_last_success_timestamp_seconds",
+                                 "Unix time of the last successful collection.")
+        last.add_metric([], self.last_success)
+        yield last
+        errors = CounterMetricFamily("tenure_exporter_errors", "Failed collections.")
+        errors.add_metric([], self.errors)
+        yield errors

@@ -1,0 +1,51 @@
+"""Per-process worker metrics (names and meanings: docs/metrics.md).
+
+Labels are bounded: queue, task and small enums. No job or worker ids.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+RUNTIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+
+
+class WorkerMetrics:
+    """The worker's metric families, registered in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        qt = ["queue", "task"]
+        self.claimed = Counter("tenure_jobs_claimed", "Jobs claimed (delivery attempts).", qt, registry=registry)
+        self.completed = Counter("tenure_jobs_completed", "Completions accepted by the token CAS.", qt, registry=registry)
+        self.failed = Counter("tenure_jobs_failed", "Handler failures by classified error code.",
+                              [*qt, "error_code"], registry=registry)
+        self.retried = Counter("tenure_jobs_retried", "Failures rescheduled with backoff.",
+                               [*qt, "error_code"], registry=registry)
+        self.dead_lettered = Counter("tenure_jobs_dead_lettered", "Failures moved to the dead-letter queue.",
+                                     [*qt, "error_code"], registry=registry)
+        self.released = Counter("tenure_jobs_released", "Jobs handed back on shutdown or deferral.", qt,
+                                registry=registry)
+        self.lease_extensions = Counter("tenure_lease_extensions", "Lease renewals accepted by heartbeat.", qt,
+                                        registry=registry)
+        self.leases_lost = Counter("tenure_leases_lost", "Heartbeats rejected: the handler was told its lease is lost.",
+                                   qt, registry=registry)
+        self.stale_writes = Counter("tenure_stale_writes_rejected", "Writes rejected by the token CAS.",
+                                    [*qt, "operation"], registry=registry)
+        self.dedup_checks = Counter("tenure_dedup_checks", "Idempotency checks.", [*qt, "source"], registry=registry)
+        self.dedup_hits = Counter("tenure_dedup_hits", "Idempotency checks that found an existing job or effect.",
+                                  [*qt, "source"], registry=registry)
+        self.runtime = Histogram("tenure_job_runtime_seconds", "Handler wall time.", qt,
+                                 buckets=RUNTIME_BUCKETS, registry=registry)
+        self.wait = Histogram("tenure_job_wait_seconds", "DB time from available_at to claim.", qt,
+                              buckets=LATENCY_BUCKETS, registry=registry)
+        self.claim_to_start = Histogram("tenure_job_claim_to_start_seconds", "In-process delay from claim to start.",
+                                        qt, buckets=LATENCY_BUCKETS, registry=registry)
+        self.attempts = Histogram("tenure_job_attempts", "Attempt number at claim.", qt,
+                                  buckets=ATTEMPT_BUCKETS, registry=registry)
+        self.in_flight = Gauge("tenure_jobs_in_flight", "Handlers running in this process.", qt, registry=registry)
+        self.heartbeat_rtt = Histogram("tenure_heartbeat_roundtrip_seconds", "Duration of the heartbeat statement.",
+                                       buckets=LATENCY_BUCKETS, registry=registry)
+        self.heartbeat_timestamp = Gauge("tenure_worker_heartbeat_timestamp_seconds",
+                                         "Unix time of the last successful heartbeat loop.", registry=registry)

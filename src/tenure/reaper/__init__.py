@@ -1,0 +1,1 @@
+"""The reaper: conservative, auditable recovery of expired leases (R7)."""

@@ -1,0 +1,126 @@
+"""The reaper service (R7): recovers jobs whose lease expired more than ``grace`` ago.
+
+Conservative: it only looks at ``status='running' AND lease_expires_at < now() - grace`` by the
+database clock, at most ``batch`` rows a cycle, and each change is a compare-and-set on the
+token it read, so it can never undo a completion or touch a job that was reclaimed or renewed
+meanwhile (riverqueue/river#1302). Owners the registry still sees alive get ``alive_owner_grace``
+extra seconds (a slow database rather than a dead worker). A requeue waits a full-jitter backoff;
+when attempts or lease expiries are exhausted the job is dead-lettered with ``lease_expired``.
+Several reapers may run at once (SKIP LOCKED). Recovery never depends on the worker row
+surviving (procrastinate#1518): a missing owner counts as dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from tenure.core.backoff import RetryPolicy, full_jitter_delay
+from tenure.core.db import connect
+from tenure.core.errors import ConfigError
+from tenure.core.repository import ReapCandidate, ReapDecision, Reaped, Repository
+
+log = logging.getLogger("tenure.reaper")
+
+GRACE_DEFAULT = 10.0
+BATCH_DEFAULT = 500
+INTERVAL_DEFAULT = 5.0
+ALIVE_OWNER_GRACE_DEFAULT = 0.0
+MAX_LEASE_EXPIRIES_DEFAULT = 3
+
+
+@dataclass(frozen=True)
+class ReaperConfig:
+    """Reaper policy."""
+
+    grace: float = GRACE_DEFAULT
+    """Seconds past lease expiry before a job counts as abandoned (covers heartbeat delay and skew)."""
+    batch: int = BATCH_DEFAULT
+    """Most jobs recovered per cycle, so a mass expiry cannot become a retry storm."""
+    interval: float = INTERVAL_DEFAULT
+    """Seconds between cycles when looping."""
+    alive_owner_grace: float = ALIVE_OWNER_GRACE_DEFAULT
+    """Extra seconds granted when the registry still sees the owner alive."""
+    max_lease_expiries: int = MAX_LEASE_EXPIRIES_DEFAULT
+    """Lease expiries after which the job is dead-lettered with ``lease_expired``."""
+    retry: RetryPolicy = RetryPolicy()
+    """Backoff for requeues (the same full-jitter function as handler retries)."""
+
+    def validate(self) -> None:
+        if self.grace < 0:
+            raise ConfigError("reaper grace must be >= 0")
+        if self.batch < 1:
+            raise ConfigError("reaper batch must be >= 1")
+        if self.interval <= 0:
+            raise ConfigError("reaper interval must be positive")
+        if self.alive_owner_grace < 0:
+            raise ConfigError("alive-owner grace must be >= 0")
+        if self.max_lease_expiries < 1:
+            raise ConfigError("max lease expiries must be >= 1")
+        self.retry.validate()
+
+
+class Reaper:
+    """Runs reaper cycles against one database schema."""
+
+    def __init__(self, config: ReaperConfig, *, dsn: str, schema: str,
+                 reaper_id: str | None = None, rng: random.Random | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.dsn, self.schema = dsn, schema
+        self.reaper_id = reaper_id or f"reaper-{uuid.uuid4().hex[:12]}"
+        self.rng = rng or random.Random()
+        self.cycles = 0
+        self.reaped_total = 0
+
+    def decide(self, cand: ReapCandidate) -> ReapDecision | None:
+        """Requeue with backoff, dead-letter, or (None) leave it for a later cycle."""
+        if cand.owner_status == "alive" and cand.expired_for_seconds < self.config.grace + self.config.alive_owner_grace:
+            return None
+        exhausted = (cand.attempt_count >= cand.max_attempts
+                     or cand.lease_expiry_count + 1 >= self.config.max_lease_expiries)
+        if exhausted:
+            return ReapDecision(dead=True, delay=0.0)
+        return ReapDecision(dead=False, delay=full_jitter_delay(cand.attempt_count, self.config.retry, self.rng))
+
+    def run_once(self, repo: Repository | None = None) -> list[Reaped]:
+        """One cycle; returns the jobs it recovered (each with an audit event)."""
+        started = time.monotonic()
+        if repo is None:
+            with connect(self.dsn, application_name=f"tenure-reaper:{self.reaper_id}") as conn:
+                reaped = Repository(conn, self.schema).reap(
+                    self.reaper_id, grace=self.config.grace, batch=self.config.batch, decide=self.decide)
+        else:
+            reaped = repo.reap(self.reaper_id, grace=self.config.grace, batch=self.config.batch,
+                               decide=self.decide)
+        self.cycles += 1
+        self.reaped_total += len(reaped)
+        for job in reaped:
+            log.warning("reaped job %s: %s", job.id, "dead-lettered (lease_expired)" if job.dead else "requeued",
+                        extra={"job_id": job.id, "queue": job.queue, "event": "reaped"})
+        self.last_cycle_seconds = time.monotonic() - started
+        return reaped
+
+    def run_forever(self, stop: threading.Event, on_cycle: object = None) -> None:
+        """Loop until ``stop`` is set; database errors are logged and retried next cycle."""
+        import psycopg
+        conn = None
+        while not stop.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = connect(self.dsn, application_name=f"tenure-reaper:{self.reaper_id}")
+                reaped = self.run_once(Repository(conn, self.schema))
+                if callable(on_cycle):
+                    on_cycle(reaped, self.last_cycle_seconds)
+            except psycopg.Error as exc:
+                log.warning("reaper cycle failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                if conn is not None:
+                    conn.close()
+                conn = None
+            stop.wait(self.config.interval)
+        if conn is not None:
+            conn.close()

@@ -1,0 +1,96 @@
+"""The task registry a worker serves: ``app = tenure.App()`` and ``@app.task("name")``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenure.core.backoff import RetryPolicy
+from tenure.core.errors import ConfigError, ExceptionMapper
+
+Validator = Callable[[Any], None]
+"""Raises (any exception) when a payload violates the task's schema."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered handler and its per-task policy."""
+
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    queue: str
+    retry: RetryPolicy
+    validate: Validator | None = None
+    payload_version: int = 1
+    error_mappers: tuple[ExceptionMapper, ...] = ()
+
+    def check_payload(self, payload: Any) -> str | None:
+        """None when the payload is valid, else the reason (used by the worker and DLQ replay)."""
+        if self.validate is None:
+            return None
+        try:
+            self.validate(payload)
+        except Exception as exc:  # noqa: BLE001 - any validator error means invalid
+            return f"{type(exc).__name__}: {exc}"[:500]
+        return None
+
+
+@dataclass
+class App:
+    """A set of tasks plus defaults. Handlers take ``(ctx)`` and may be sync or ``async``."""
+
+    name: str = "tenure"
+    default_queue: str = "default"
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    error_mappers: tuple[ExceptionMapper, ...] = ()
+    tasks: dict[str, Task] = field(default_factory=dict)
+
+    def task(self, name: str | None = None, *, queue: str | None = None,
+             max_attempts: int | None = None, base_delay: float | None = None,
+             max_delay: float | None = None, validate: Validator | None = None,
+             payload_version: int = 1,
+             error_mappers: tuple[ExceptionMapper, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a handler under ``name`` (default: the function name)."""
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            task_name = name or fn.__name__
+            if task_name in self.tasks:
+                raise ConfigError(f"task {task_name!r} registered twice")
+            policy = RetryPolicy(
+                base_delay=self.retry.base_delay if base_delay is None else base_delay,
+                max_delay=self.retry.max_delay if max_delay is None else max_delay,
+                max_attempts=self.retry.max_attempts if max_attempts is None else max_attempts)
+            policy.validate()
+            self.tasks[task_name] = Task(
+                name=task_name, fn=fn, is_async=inspect.iscoroutinefunction(fn),
+                queue=queue or self.default_queue, retry=policy, validate=validate,
+                payload_version=payload_version, error_mappers=error_mappers + self.error_mappers)
+            return fn
+
+        return register
+
+    def get(self, name: str) -> Task | None:
+        return self.tasks.get(name)
+
+    @property
+    def queues(self) -> list[str]:
+        return sorted({t.queue for t in self.tasks.values()} or {self.default_queue})
+
+
+def load_app(spec: str) -> App:
+    """Import ``MODULE:ATTR`` and return the App there; a clear ConfigError otherwise."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"--app must look like MODULE:ATTR, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import app module {module_name!r}: {exc}") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{spec!r} is not a tenure.App (found {type(app).__name__})")
+    return app

@@ -1,0 +1,214 @@
+"""What a handler receives: the job, its receipt (lock token), a fencing token, the lease-lost
+signal, checkpoints (R16) and the idempotent effect guard (R14).
+
+Limits: a sync handler cannot be interrupted from outside; it must poll ``lease_lost`` or call
+``check_lease()`` before irreversible effects. An async handler is also cancelled on lease loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tenure.core.errors import LeaseLost
+from tenure.core.repository import ClaimedJob, Repository
+
+log = logging.getLogger("tenure.worker")
+
+
+class RepositorySource(Protocol):
+    """Lends a repository on a pooled connection for the duration of a ``with`` block."""
+
+    def __call__(self) -> Any: ...
+
+
+class EffectDeferred(Exception):
+    """Raised when another live attempt holds the idempotency key: defer the job briefly."""
+
+    def __init__(self, key: str, delay: float) -> None:
+        super().__init__(f"effect {key!r} is leased by another worker; deferring")
+        self.key = key
+        self.delay = delay
+
+
+@dataclass
+class Effect:
+    """The outcome of claiming an idempotency key: ``already_succeeded`` or ``claimed``.
+
+    When claimed, run the side effect passing ``key`` to the provider, then call
+    :meth:`succeeded` with the provider's reference (e.g. its message id).
+    """
+
+    key: str
+    outcome: str
+    result_ref: str | None
+    _ctx: JobContext
+    _done: bool = False
+
+    @property
+    def already_succeeded(self) -> bool:
+        return self.outcome == "already_succeeded"
+
+    def succeeded(self, result_ref: str | None = None) -> None:
+        """Record the effect as done; raises LeaseLost if another attempt took the key over."""
+        with self._ctx._repo() as repo:
+            ok = repo.execution_succeed(self.key, self._ctx.lock_token, result_ref)
+        self._done = True
+        if not ok:
+            self._ctx._count_stale("effect_succeed")
+            raise LeaseLost(f"effect {self.key!r} was taken over by another attempt")
+        self.result_ref = result_ref
+
+
+@dataclass
+class JobContext:
+    """One delivery attempt of one job, as seen by its handler."""
+
+    job: ClaimedJob
+    worker_id: str
+    lease_seconds: float
+    _repo: Callable[[], Any]
+    _on_stale: Callable[[JobContext, str], None]
+    _heartbeat_now: Callable[[], None]
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+    lease_lost_reason: str | None = None
+    lease_deadline: float = 0.0
+    """Monotonic time by which the current lease surely ends unless renewed (local estimate)."""
+    used_effect: bool = False
+    claimed_at: float = field(default_factory=time.monotonic)
+    _on_lost: list[Callable[[], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.lease_deadline = self.claimed_at + self.lease_seconds
+
+    # identity ----------------------------------------------------------------------------
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def payload(self) -> Any:
+        return self.job.payload
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    @property
+    def lock_token(self) -> uuid.UUID:
+        """This attempt's receipt: every write of this attempt is a CAS on it."""
+        return self.job.lock_token
+
+    @property
+    def fencing_token(self) -> int:
+        """Strictly increasing per claim (R5): pass it to conditional writes in external systems."""
+        return self.job.fence
+
+    @property
+    def checkpoint_step(self) -> str | None:
+        """The last committed step of an earlier attempt (R16), or None."""
+        return self.job.checkpoint_step
+
+    @property
+    def checkpoint_data(self) -> Any:
+        return self.job.checkpoint_data
+
+    @property
+    def log_extra(self) -> dict[str, Any]:
+        return {"job_id": self.job.id, "attempt": self.job.attempt, "lock_token": self.job.lock_token,
+                "fence": self.job.fence, "worker_id": self.worker_id, "queue": self.job.queue,
+                "task": self.job.task, "correlation_id": self.job.correlation_id}
+
+    # lease -------------------------------------------------------------------------------
+    def signal_lease_lost(self, reason: str) -> None:
+        if self.lease_lost.is_set():
+            return
+        self.lease_lost_reason = reason
+        self.lease_lost.set()
+        log.warning("lease lost (%s)", reason, extra=self.log_extra)
+        for callback in list(self._on_lost):
+            callback()
+
+    def check_lease(self) -> None:
+        """Raise LeaseLost if the lease is gone or can no longer be trusted (R5).
+
+        Call it before any irreversible effect. Uses the signal from the heartbeat and a local
+        monotonic deadline (a duration, not a wall-clock time) for when heartbeats cannot reach
+        the database.
+        """
+        if self.lease_lost.is_set():
+            raise LeaseLost(f"lease of job {self.job.id} lost: {self.lease_lost_reason}")
+        if time.monotonic() >= self.lease_deadline:
+            raise LeaseLost(f"lease of job {self.job.id} not renewed in time; it may have moved")
+
+    def heartbeat(self) -> None:
+        """Renew now (all of this worker's leases, in one statement) and check the outcome."""
+        self._heartbeat_now()
+        self.check_lease()
+
+    # checkpoints and effects -------------------------------------------------------------
+    def checkpoint(self, step: str, data: Any = None) -> None:
+        """Record that ``step``'s effect is committed; raises LeaseLost if this attempt is stale."""
+        self.check_lease()
+        with self._repo() as repo:
+            ok = repo.checkpoint(self.worker_id, self.job.id, self.job.lock_token, step, data)
+        if not ok:
+            self._on_stale(self, "checkpoint")
+            self.signal_lease_lost("checkpoint rejected: token no longer current")
+            raise LeaseLost(f"checkpoint of job {self.job.id} rejected: token no longer current")
+        self.job = _with_checkpoint(self.job, step, data)
+
+    @contextmanager
+    def effect(self, key: str, *, defer_seconds: float = 1.0) -> Iterator[Effect]:
+        """Guard a side effect with the execution store (R14).
+
+        ``with ctx.effect("invoice:42:email:v1") as eff:`` — if ``eff.already_succeeded`` skip
+        the body and use ``eff.result_ref``; otherwise perform the effect with ``key`` as the
+        provider's idempotency key and call ``eff.succeeded(ref)``. If another live attempt holds
+        the key, the job is deferred (no attempt used). An exception inside marks the key
+        ``retrying`` so a later attempt may take it over at once.
+        """
+        self.check_lease()
+        self.used_effect = True
+        with self._repo() as repo:
+            row = repo.execution_claim(key, self.job.id, self.job.lock_token, self.lease_seconds)
+        self._dedup(row["outcome"] == "already_succeeded")
+        if row["outcome"] == "leased_by_other_worker":
+            raise EffectDeferred(key, defer_seconds)
+        eff = Effect(key, row["outcome"], row["result_ref"], self)
+        try:
+            yield eff
+        except BaseException as exc:
+            if eff.outcome == "claimed" and not eff._done:
+                from tenure.core.errors import PermanentError, classify_exception
+                failure = classify_exception(exc) if isinstance(exc, Exception) else None
+                permanent = isinstance(failure, PermanentError)
+                with self._repo() as repo:
+                    repo.execution_fail(key, self.job.lock_token, retrying=not permanent,
+                                        error_code=failure.code if failure else "interrupted")
+            raise
+        if eff.outcome == "claimed" and not eff._done:
+            raise RuntimeError(f"effect {key!r}: call eff.succeeded(result_ref) inside the with block")
+
+    _dedup_hook: Callable[[bool], None] | None = None
+
+    def _dedup(self, hit: bool) -> None:
+        if self._dedup_hook is not None:
+            self._dedup_hook(hit)
+
+    def _count_stale(self, operation: str) -> None:
+        self._on_stale(self, operation)
+
+
+def _with_checkpoint(job: ClaimedJob, step: str, data: Any) -> ClaimedJob:
+    from dataclasses import replace
+    return replace(job, checkpoint_step=step, checkpoint_data=data)
+
+
+__all__ = ["Effect", "EffectDeferred", "JobContext", "Repository"]

@@ -1,0 +1,545 @@
+"""The worker process: claims in batches, runs handlers, acknowledges in batches.
+
+Threads, each with its own connection: the claim loop (main), a LISTEN thread that wakes it,
+the heartbeat service, an acknowledgement thread that writes completions in one statement per
+batch, and optionally an in-process reaper. Sync handlers run on a thread pool; async handlers
+on one event-loop thread. A handler whose lease is lost is told at once (``ctx.lease_lost``;
+async handlers are also cancelled); its slot is freed, and a sync handler thread that never
+returns is abandoned and counted, and the worker reports itself unhealthy when too many are.
+
+On SIGTERM (R8): stop claiming, let in-flight jobs finish within ``drain_timeout``, release the
+rest (CAS, no attempt used) and exit 0. On SIGKILL the lease expires and a reaper recovers.
+No job is ever written without its token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import time
+import traceback
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry
+
+from tenure import __version__
+from tenure.core.backoff import full_jitter_delay
+from tenure.core.db import Connection, connect
+from tenure.core.errors import (AmbiguousError, ConfigError, JobFailure, LeaseLost, PermanentError,
+                                classify_exception)
+from tenure.core.redaction import Redaction
+from tenure.core.queries import notify_channel
+from tenure.core.repository import ClaimedJob, Repository
+from tenure.observability.worker_metrics import WorkerMetrics
+from tenure.reaper.reaper import Reaper, ReaperConfig
+from tenure.worker.app import App, Task
+from tenure.worker.context import EffectDeferred, JobContext
+from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
+
+log = logging.getLogger("tenure.worker")
+
+CONCURRENCY_DEFAULT = 10
+CLAIM_BATCH_DEFAULT = 100
+POLL_INTERVAL_DEFAULT = 1.0
+DRAIN_TIMEOUT_DEFAULT = 30.0
+REAPER_INTERVAL_DEFAULT = 0.0
+MAX_ABANDONED_DEFAULT = 0
+RECONNECT_MAX_DEFAULT = 5.0
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker process needs besides its App."""
+
+    queues: tuple[str, ...] = ("default",)
+    """Queues to claim from."""
+    concurrency: int = CONCURRENCY_DEFAULT
+    """Handlers running at once in this process."""
+    claim_batch: int = CLAIM_BATCH_DEFAULT
+    """Most jobs claimed by one statement."""
+    heartbeat: HeartbeatConfig = HeartbeatConfig()
+    """Lease, renewal interval and bounded extension."""
+    poll_interval: float = POLL_INTERVAL_DEFAULT
+    """Seconds between claims when no NOTIFY arrives (delayed jobs, lost notifications)."""
+    drain_timeout: float = DRAIN_TIMEOUT_DEFAULT
+    """Seconds in-flight jobs get to finish after SIGTERM before they are released."""
+    burst: bool = False
+    """Exit once the queues have no ready work and nothing is in flight."""
+    reaper_interval: float = REAPER_INTERVAL_DEFAULT
+    """Seconds between in-process reaper cycles; 0 leaves reaping to `tenure reaper`."""
+    reaper: ReaperConfig = ReaperConfig()
+    """Policy of the in-process reaper (grace, batch, backoff)."""
+    max_abandoned: int = MAX_ABANDONED_DEFAULT
+    """Sync handler threads that outlived their lease before /healthz fails (0: concurrency)."""
+    redaction: Redaction = Redaction()
+    """What is masked in dead-lettered payloads and error texts."""
+
+    def validate(self) -> None:
+        if not self.queues:
+            raise ConfigError("at least one queue is required")
+        if self.concurrency < 1:
+            raise ConfigError("concurrency must be >= 1")
+        if self.claim_batch < 1:
+            raise ConfigError("claim batch must be >= 1")
+        if self.poll_interval <= 0:
+            raise ConfigError("poll interval must be positive")
+        if self.drain_timeout < 0:
+            raise ConfigError("drain timeout must be >= 0")
+        if self.reaper_interval < 0:
+            raise ConfigError("reaper interval must be >= 0")
+        self.heartbeat.validate()
+        self.reaper.validate()
+        if self.reaper.grace < self.heartbeat.interval:
+            raise ConfigError(
+                f"grace {self.reaper.grace:g}s must cover at least one heartbeat interval "
+                f"({self.heartbeat.interval:g}s)")
+
+
+@dataclass
+class _Outcome:
+    ctx: JobContext
+    kind: str  # complete | retry | dead | release | drop
+    delay: float = 0.0
+    error: str = ""
+    error_code: str = ""
+    event: str = "released"
+    reason: str = ""
+
+
+@dataclass
+class WorkerState:
+    in_flight: int = 0
+    abandoned: int = 0
+    draining: bool = False
+    ready: bool = False
+    processed: int = 0
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+
+
+class Worker:
+    """One worker process (or an in-process worker in tests)."""
+
+    def __init__(self, app: App, config: WorkerConfig, *, dsn: str, schema: str = "tenure",
+                 registry: CollectorRegistry | None = None, worker_id: str | None = None) -> None:
+        config.validate()
+        unknown = [q for q in config.queues if not q]
+        if unknown:
+            raise ConfigError("queue names must not be empty")
+        self.app = app
+        self.config = config
+        self.dsn, self.schema = dsn, schema
+        # A fresh identity per process, never a host or pod name (oban#862, procrastinate#1518).
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.metrics = WorkerMetrics(registry or CollectorRegistry())
+        self.state = WorkerState()
+        self.held: dict[int, JobContext] = {}
+        self._lock = threading.Lock()
+        self._wakeup = threading.Event()
+        self._idle = threading.Condition(self._lock)
+        self._acks: queue.SimpleQueue[_Outcome | None] = queue.SimpleQueue()
+        self._pending_acks = 0
+        self._futures: dict[int, Future[Any]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=config.concurrency * 2 + 1, thread_name_prefix="tenure-job")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handler_conns: queue.SimpleQueue[Connection] = queue.SimpleQueue()
+        self._rng = random.Random()
+        self.heartbeater = Heartbeater(config.heartbeat, dsn=dsn, schema=schema, worker_id=self.worker_id,
+                                       held=self.held, metrics=self.metrics, on_lost=self._lease_lost)
+        self._threads: list[threading.Thread] = []
+        self._abandoned_ids: set[int] = set()
+
+    # -- probes -------------------------------------------------------------------------------
+    def healthz(self) -> tuple[bool, str]:
+        ok, why = self.heartbeater.healthy()
+        if not ok:
+            return ok, why
+        limit = self.config.max_abandoned or self.config.concurrency
+        if self.state.abandoned >= limit:
+            return False, f"{self.state.abandoned} handler threads outlived their lease"
+        return True, "ok"
+
+    def readyz(self) -> tuple[bool, str]:
+        if self.state.draining:
+            return False, "draining"
+        return (True, "ok") if self.state.ready else (False, "starting")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Begin a graceful drain (what SIGTERM does)."""
+        self.state.stop_requested.set()
+        self._wakeup.set()
+
+    def run(self) -> int:
+        """Run until stopped (or, in burst mode, until the queues are empty). Returns processed count."""
+        claim_conn = self._connect_retrying("claim")
+        repo = Repository(claim_conn, self.schema)
+        repo.check_schema()
+        repo.worker_register(self.worker_id, host=socket.gethostname(), pid=os.getpid(),
+                             queues=list(self.config.queues), concurrency=self.config.concurrency,
+                             heartbeat_seconds=self.config.heartbeat.interval, version=__version__)
+        log.info("worker %s serving %s (concurrency %d, lease %gs, heartbeat %gs)", self.worker_id,
+                 ",".join(self.config.queues), self.config.concurrency, self.config.heartbeat.lease,
+                 self.config.heartbeat.interval, extra={"worker_id": self.worker_id})
+        self.heartbeater.start()
+        self._start_thread(self._ack_loop, "tenure-ack")
+        self._start_thread(self._listen_loop, "tenure-listen")
+        if any(t.is_async for t in self.app.tasks.values()):
+            self._start_async_loop()
+        reaper_stop = threading.Event()
+        if self.config.reaper_interval > 0:
+            reaper = Reaper(ReaperConfig(**{**self.config.reaper.__dict__, "interval": self.config.reaper_interval}),
+                            dsn=self.dsn, schema=self.schema, reaper_id=f"reaper-{self.worker_id}")
+            self._start_thread(lambda: reaper.run_forever(reaper_stop), "tenure-reaper")
+        self.state.ready = True
+        try:
+            repo = self._claim_loop(claim_conn, repo)
+            self._drain(repo)
+        finally:
+            reaper_stop.set()
+            self.state.ready = False
+            self._acks.put(None)
+            for t in self._threads:
+                if t.name == "tenure-ack":
+                    t.join(timeout=30)
+            self.heartbeater.stop()
+            try:
+                Repository(self._ensure(claim_conn, "claim"), self.schema).worker_stop(self.worker_id)
+            except psycopg.Error as exc:
+                log.warning("could not deregister: %s", exc)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            while not self._handler_conns.empty():
+                self._handler_conns.get().close()
+        return self.state.processed
+
+    def _start_thread(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _start_async_loop(self) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+            ready.set()
+            self._loop.run_forever()
+
+        self._start_thread(run, "tenure-asyncio")
+        ready.wait()
+
+    def _connect_retrying(self, role: str) -> Connection:
+        delay = 0.2
+        while True:
+            try:
+                return connect(self.dsn, application_name=f"tenure-{role}:{self.worker_id}")
+            except psycopg.OperationalError as exc:
+                if self.state.stop_requested.is_set() and role != "ack":
+                    raise
+                log.warning("%s connection failed, retrying in %.1fs: %s", role, delay,
+                            str(exc).splitlines()[0] if str(exc) else exc)
+                time.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_DEFAULT)
+
+    def _ensure(self, conn: Connection, role: str) -> Connection:
+        return conn if not conn.closed and not conn.broken else self._connect_retrying(role)
+
+    # -- claiming -----------------------------------------------------------------------------
+    def _claim_loop(self, conn: Connection, repo: Repository) -> Repository:
+        cfg = self.config
+        while not self.state.stop_requested.is_set():
+            with self._lock:
+                free = cfg.concurrency - self.state.in_flight
+            claimed: list[ClaimedJob] = []
+            want = min(free, cfg.claim_batch)
+            if want > 0:
+                self._wakeup.clear()
+                try:
+                    claimed = repo.claim(self.worker_id, cfg.queues, want, cfg.heartbeat.lease)
+                except psycopg.OperationalError as exc:
+                    log.warning("claim failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                    conn.close()
+                    time.sleep(min(cfg.poll_interval, 1.0))
+                    conn = self._connect_retrying("claim")
+                    repo = Repository(conn, self.schema)
+                    continue
+                for job in claimed:
+                    self._dispatch(job)
+                if len(claimed) == want:
+                    continue
+            if cfg.burst and not claimed:
+                with self._lock:
+                    busy = self.state.in_flight > 0 or self._pending_acks > 0
+                if not busy:
+                    stats = repo.queue_stats()
+                    if not any(s.ready or s.running for s in stats if s.queue in cfg.queues):
+                        break
+            self._wakeup.wait(cfg.poll_interval)
+        return repo
+
+    def _dispatch(self, job: ClaimedJob) -> None:
+        ctx = JobContext(job=job, worker_id=self.worker_id, lease_seconds=self.config.heartbeat.lease,
+                         _repo=self._borrow_repo, _on_stale=self._count_stale,
+                         _heartbeat_now=self.heartbeater.beat_now)
+        labels = (job.queue, job.task)
+        ctx._dedup_hook = lambda hit: self._count_dedup(labels, "effect", hit)
+        self.metrics.claimed.labels(*labels).inc()
+        self.metrics.wait.labels(*labels).observe(job.wait_seconds)
+        self.metrics.attempts.labels(*labels).observe(job.attempt)
+        with self._lock:
+            self.state.in_flight += 1
+            self.held[job.id] = ctx
+        self.metrics.in_flight.labels(*labels).inc()
+        task = self.app.get(job.task)
+        if task is not None and task.is_async and self._loop is not None:
+            fut = asyncio.run_coroutine_threadsafe(self._run_async(task, ctx), self._loop)
+            ctx._on_lost.append(lambda: fut.cancel())
+        else:
+            fut = self._pool.submit(self._run_sync, task, ctx)
+        self._futures[job.id] = fut
+
+    # -- running handlers ---------------------------------------------------------------------
+    def _preflight(self, task: Task | None, ctx: JobContext) -> _Outcome | None:
+        job = ctx.job
+        if task is None:
+            return _Outcome(ctx, "dead", error=f"unknown task {job.task!r}: no handler registered in this app",
+                            error_code="unknown_task")
+        why = task.check_payload(job.payload)
+        if why is not None:
+            return _Outcome(ctx, "dead", error=f"invalid payload for {job.task!r}: {why}", error_code="invalid_payload")
+        return None
+
+    def _run_sync(self, task: Task | None, ctx: JobContext) -> None:
+        started = time.monotonic()
+        outcome = self._preflight(task, ctx)
+        if outcome is None:
+            assert task is not None
+            self.metrics.claim_to_start.labels(ctx.job.queue, ctx.job.task).observe(started - ctx.claimed_at)
+            try:
+                task.fn(ctx)
+                outcome = _Outcome(ctx, "complete")
+            except BaseException as exc:  # noqa: BLE001 - the worker must survive any handler
+                outcome = self._on_error(task, ctx, exc)
+        self._finish(ctx, outcome, started)
+
+    async def _run_async(self, task: Task, ctx: JobContext) -> None:
+        started = time.monotonic()
+        outcome = self._preflight(task, ctx)
+        if outcome is None:
+            self.metrics.claim_to_start.labels(ctx.job.queue, ctx.job.task).observe(started - ctx.claimed_at)
+            try:
+                await task.fn(ctx)
+                outcome = _Outcome(ctx, "complete")
+            except asyncio.CancelledError:
+                outcome = _Outcome(ctx, "drop", reason="cancelled: lease lost")
+            except BaseException as exc:  # noqa: BLE001
+                outcome = self._on_error(task, ctx, exc)
+        self._finish(ctx, outcome, started)
+
+    def _on_error(self, task: Task, ctx: JobContext, exc: BaseException) -> _Outcome:
+        job = ctx.job
+        if isinstance(exc, EffectDeferred):
+            return _Outcome(ctx, "release", delay=exc.delay, event="deferred", reason=str(exc))
+        if isinstance(exc, LeaseLost) or ctx.lease_lost.is_set():
+            # Not ours any more: writing would be rejected; the reaper or the new owner decides.
+            return _Outcome(ctx, "drop", reason=f"lease lost: {exc}")
+        failure: JobFailure = classify_exception(exc, task.error_mappers) if isinstance(exc, Exception) \
+            else PermanentError(f"{type(exc).__name__}", code="interrupted")
+        text = self.config.redaction.error_text(
+            f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-3:])}")
+        code = failure.code
+        self.metrics.failed.labels(job.queue, job.task, code).inc()
+        if isinstance(failure, AmbiguousError) and not ctx.used_effect:
+            return _Outcome(ctx, "dead", error=text, error_code="ambiguous_unguarded")
+        if isinstance(failure, PermanentError):
+            return _Outcome(ctx, "dead", error=text, error_code=code)
+        if job.attempt >= min(job.max_attempts, task.retry.max_attempts):
+            return _Outcome(ctx, "dead", error=f"attempts exhausted ({job.attempt}): {text}", error_code=code)
+        retry_after = getattr(failure, "retry_after", None)
+        delay = retry_after if retry_after is not None else full_jitter_delay(job.attempt, task.retry, self._rng)
+        return _Outcome(ctx, "retry", delay=delay, error=text, error_code=code)
+
+    def _finish(self, ctx: JobContext, outcome: _Outcome, started: float) -> None:
+        labels = (ctx.job.queue, ctx.job.task)
+        self.metrics.runtime.labels(*labels).observe(time.monotonic() - started)
+        with self._lock:
+            if self.held.get(ctx.job.id) is ctx:
+                del self.held[ctx.job.id]
+                self.state.in_flight -= 1
+                self.metrics.in_flight.labels(*labels).dec()
+            # else: the slot was already freed when its lease was lost
+            self._futures.pop(ctx.job.id, None)
+            self._abandoned_ids.discard(ctx.job.id)
+            self.state.abandoned = len(self._abandoned_ids)
+            self._pending_acks += 1
+            self._idle.notify_all()
+        self._acks.put(outcome)
+        self._wakeup.set()
+
+    def _lease_lost(self, ctx: JobContext, reason: str) -> None:
+        """Called by the heartbeat: tell the handler, free the slot so the worker keeps serving."""
+        ctx.signal_lease_lost(reason)
+        labels = (ctx.job.queue, ctx.job.task)
+        with self._lock:
+            if self.held.get(ctx.job.id) is ctx:
+                del self.held[ctx.job.id]
+                self.state.in_flight -= 1
+                self.metrics.in_flight.labels(*labels).dec()
+                fut = self._futures.get(ctx.job.id)
+                task = self.app.get(ctx.job.task)
+                if fut is not None and not fut.done() and not (task and task.is_async):
+                    self._abandoned_ids.add(ctx.job.id)
+                    self.state.abandoned = len(self._abandoned_ids)
+                self._idle.notify_all()
+        self._wakeup.set()
+
+    # -- acknowledgements ---------------------------------------------------------------------
+    def _ack_loop(self) -> None:
+        conn: Connection | None = None
+        stop = False
+        while not stop:
+            first = self._acks.get()
+            batch: list[_Outcome] = []
+            if first is None:
+                stop = True
+            else:
+                batch.append(first)
+            while True:
+                try:
+                    item = self._acks.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                else:
+                    batch.append(item)
+            while batch:
+                try:
+                    if conn is None or conn.closed or conn.broken:
+                        conn = self._connect_retrying("ack")
+                    self._write_outcomes(Repository(conn, self.schema), batch)
+                    batch = []
+                except psycopg.OperationalError as exc:
+                    log.warning("acknowledgement failed, retrying: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    time.sleep(0.5)
+        if conn is not None:
+            conn.close()
+
+    def _write_outcomes(self, repo: Repository, batch: list[_Outcome]) -> None:
+        completes = [o for o in batch if o.kind == "complete"]
+        if completes:
+            accepted = repo.complete_many(self.worker_id, [(o.ctx.job.id, o.ctx.lock_token) for o in completes])
+            for o in completes:
+                labels = (o.ctx.job.queue, o.ctx.job.task)
+                if accepted.get(o.ctx.job.id):
+                    self.metrics.completed.labels(*labels).inc()
+                else:
+                    self.metrics.stale_writes.labels(*labels, "complete").inc()
+                    log.warning("completion rejected: lease had moved", extra=o.ctx.log_extra)
+        for o in batch:
+            job, labels = o.ctx.job, (o.ctx.job.queue, o.ctx.job.task)
+            ok = True
+            if o.kind == "retry":
+                ok = repo.retry(self.worker_id, job.id, job.lock_token, delay=o.delay, error=o.error,
+                                error_code=o.error_code)
+                if ok:
+                    self.metrics.retried.labels(*labels, o.error_code).inc()
+            elif o.kind == "dead":
+                ok = repo.dead_letter(self.worker_id, job.id, job.lock_token, error=o.error,
+                                      error_code=o.error_code,
+                                      sanitised_payload=self.config.redaction.payload(job.payload))
+                if ok:
+                    self.metrics.dead_lettered.labels(*labels, o.error_code).inc()
+                    log.error("dead-lettered (%s): %s", o.error_code, o.error.splitlines()[0] if o.error else "",
+                              extra={**o.ctx.log_extra, "error_code": o.error_code})
+            elif o.kind == "release":
+                ok = repo.release(self.worker_id, job.id, job.lock_token, delay=o.delay, event=o.event,
+                                  reason=o.reason)
+                if ok:
+                    self.metrics.released.labels(*labels).inc()
+            if not ok:
+                self.metrics.stale_writes.labels(*labels, o.kind).inc()
+        with self._lock:
+            self._pending_acks -= len(batch)
+            self.state.processed += len(batch)
+            self._idle.notify_all()
+
+    def _count_stale(self, ctx: JobContext, operation: str) -> None:
+        self.metrics.stale_writes.labels(ctx.job.queue, ctx.job.task, operation).inc()
+
+    def _count_dedup(self, labels: tuple[str, str], source: str, hit: bool) -> None:
+        self.metrics.dedup_checks.labels(*labels, source).inc()
+        if hit:
+            self.metrics.dedup_hits.labels(*labels, source).inc()
+
+    def _borrow_repo(self) -> Any:
+        worker = self
+
+        class _Lease:
+            def __enter__(self) -> Repository:
+                try:
+                    self.conn = worker._handler_conns.get_nowait()
+                except queue.Empty:
+                    self.conn = connect(worker.dsn, application_name=f"tenure-handler:{worker.worker_id}")
+                return Repository(self.conn, worker.schema)
+
+            def __exit__(self, *exc: object) -> None:
+                if self.conn.closed or self.conn.broken:
+                    return
+                worker._handler_conns.put(self.conn)
+
+        return _Lease()
+
+    # -- LISTEN -------------------------------------------------------------------------------
+    def _listen_loop(self) -> None:
+        channel = notify_channel(self.schema)
+        while not self.state.stop_requested.is_set():
+            try:
+                with connect(self.dsn, application_name=f"tenure-listen:{self.worker_id}") as conn:
+                    conn.execute(f'LISTEN "{channel}"')
+                    self._wakeup.set()
+                    while not self.state.stop_requested.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if note.payload in self.config.queues:
+                                self._wakeup.set()
+            except psycopg.Error as exc:
+                log.debug("listen connection lost: %s", exc)
+                self.state.stop_requested.wait(1.0)
+
+    # -- draining -----------------------------------------------------------------------------
+    def _drain(self, repo: Repository) -> None:
+        self.state.draining = True
+        deadline = time.monotonic() + self.config.drain_timeout
+        with self._lock:
+            while self.state.in_flight > 0 and time.monotonic() < deadline:
+                self._idle.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            leftovers = list(self.held.values())
+            for ctx in leftovers:
+                del self.held[ctx.job.id]
+                self.state.in_flight -= 1
+                self.metrics.in_flight.labels(ctx.job.queue, ctx.job.task).dec()
+                self._pending_acks += 1
+        for ctx in leftovers:
+            # Release first, then tell the handler: its own late write will be rejected.
+            self._acks.put(_Outcome(ctx, "release", event="released", reason="shutdown: drain timeout"))
+            ctx.signal_lease_lost("worker shutting down: job released")
+        with self._lock:
+            end = time.monotonic() + 30
+            while self._pending_acks > 0 and time.monotonic() < end:
+                self._idle.wait(timeout=0.2)
+        if leftovers:
+            log.warning("released %d unfinished job(s) on shutdown", len(leftovers))
