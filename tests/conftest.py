@@ -6,6 +6,8 @@ Set ``TENURE_TEST_DATABASE_URL`` to run against another server instead.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +24,12 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServ
     if os.environ.get("TENURE_TEST_DATABASE_URL"):
         yield None
         return
-    server = ensure_server(Path(tmp_path_factory.mktemp("pg")) / "data")
+    # Not under pytest's basetemp: concurrent pytest runs prune each other's basetemp folders.
+    home = Path(tempfile.mkdtemp(prefix="tenure-test-pg-"))
+    server = ensure_server(home / "data")
     yield server
     server.stop("immediate")
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

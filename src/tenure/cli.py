@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -149,11 +150,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         serve(args.metrics_port, REGISTRY, healthz=worker.healthz, readyz=worker.readyz)
 
     def on_term(signum: int, _frame: Any) -> None:
-        logging.getLogger("tenure.worker").info("signal %d: draining", signum)
-        worker.request_stop()
+        worker.request_stop()  # lock-free: safe inside a signal handler
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` dumps every thread's stack
     processed = worker.run()
     logging.getLogger("tenure.worker").info("worker %s stopped after %d job outcome(s)", worker.worker_id, processed)
     sys.stdout.flush()

@@ -64,7 +64,7 @@ def test_deployment_runs_the_worker_with_every_setting() -> None:
     assert c["args"] == [
         "worker", "--app", "shop.tasks:app", "--queue", "emails", "--concurrency", "8",
         "--lease", "90", "--heartbeat", "20", "--grace", "12", "--drain-timeout", "45",
-        "--metrics-port", "9200",
+        "--metrics-port", "9200", "--backoff-base", "2", "--backoff-max", "60",
     ]  # fmt: skip
 
 
@@ -127,7 +127,9 @@ def test_cronjob_runs_the_reaper_once_without_overlap() -> None:
     assert cj["spec"]["suspend"] is True
     assert cj["spec"]["successfulJobsHistoryLimit"] == rc.CRONJOB_SUCCESS_HISTORY
     assert cj["spec"]["failedJobsHistoryLimit"] == rc.CRONJOB_FAILED_HISTORY
-    assert container(cj)["args"] == ["reaper", "--once", "--grace", "11", "--batch", "50"]
+    assert container(cj)["args"] == [
+        "reaper", "--once", "--grace", "11", "--batch", "50", "--backoff-base", "2", "--backoff-max", "60",
+    ]  # fmt: skip
     assert cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 

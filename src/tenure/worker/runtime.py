@@ -19,6 +19,7 @@ import logging
 import os
 import queue
 import random
+import select
 import socket
 import threading
 import time
@@ -115,6 +116,36 @@ class _Outcome:
     reason: str = ""
 
 
+class Wakeup:
+    """A self-pipe: ``set()`` takes no lock, so signal handlers and any thread may call it while
+    the claim loop waits (threading.Event.set from a signal handler can deadlock the main thread)."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+
+    def set(self) -> None:
+        try:
+            os.write(self._w, b"x")
+        except BlockingIOError:
+            pass  # already pending
+
+    def wait(self, timeout: float) -> None:
+        select.select([self._r], [], [], timeout)
+
+    def clear(self) -> None:
+        try:
+            while os.read(self._r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        os.close(self._r)
+        os.close(self._w)
+
+
 @dataclass
 class WorkerState:
     in_flight: int = 0
@@ -143,7 +174,8 @@ class Worker:
         self.state = WorkerState()
         self.held: dict[int, JobContext] = {}
         self._lock = threading.Lock()
-        self._wakeup = threading.Event()
+        self._wakeup = Wakeup()
+        self._stop_signalled = False
         self._idle = threading.Condition(self._lock)
         self._acks: queue.SimpleQueue[_Outcome | None] = queue.SimpleQueue()
         self._pending_acks = 0
@@ -174,8 +206,8 @@ class Worker:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def request_stop(self) -> None:
-        """Begin a graceful drain (what SIGTERM does)."""
-        self.state.stop_requested.set()
+        """Begin a graceful drain (what SIGTERM does). Async-signal-safe: no locks taken."""
+        self._stop_signalled = True
         self._wakeup.set()
 
     def run(self) -> int:
@@ -218,6 +250,7 @@ class Worker:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._wakeup.close()
             while not self._handler_conns.empty():
                 self._handler_conns.get().close()
         return self.state.processed
@@ -258,7 +291,7 @@ class Worker:
     # -- claiming -----------------------------------------------------------------------------
     def _claim_loop(self, conn: Connection, repo: Repository) -> Repository:
         cfg = self.config
-        while not self.state.stop_requested.is_set():
+        while not self._stop_signalled:
             with self._lock:
                 free = cfg.concurrency - self.state.in_flight
             claimed: list[ClaimedJob] = []
@@ -286,6 +319,8 @@ class Worker:
                     if not any(s.ready or s.running for s in stats if s.queue in cfg.queues):
                         break
             self._wakeup.wait(cfg.poll_interval)
+        self.state.stop_requested.set()
+        log.info("stop requested: draining (up to %gs)", cfg.drain_timeout)
         return repo
 
     def _dispatch(self, job: ClaimedJob) -> None:

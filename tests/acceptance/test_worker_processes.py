@@ -1,0 +1,161 @@
+"""Workers as real processes: kill -9, SIGTERM drain, SIGSTOP past the lease (R2, R3, R7, R8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from subprocess import Popen
+
+import pytest
+
+from tenure.core.repository import Repository
+
+from conftest import run_cli, wait_for
+
+pytestmark = pytest.mark.acceptance
+
+LEASE, HEARTBEAT, GRACE = 1.0, 0.3, 0.5
+WORKER = ["worker", "--app", "acceptance_tasks:app", "--lease", str(LEASE), "--heartbeat", str(HEARTBEAT),
+          "--grace", str(GRACE), "--poll-interval", "0.1", "--concurrency", "2"]
+REAPER = ["reaper", "--interval", "0.2", "--grace", str(GRACE), "--backoff-base", "0", "--backoff-max", "0"]
+
+
+def _running_by(repo: Repository, job_id: int, not_by: str | None = None) -> str | None:
+    row = repo.get_job(job_id)
+    if row and row["status"] == "running" and row["locked_by"] != not_by:
+        return str(row["locked_by"])
+    return None
+
+
+def _events(repo: Repository, job_id: int) -> list[str]:
+    return [e["event"] for e in repo.job_events(job_id)]
+
+
+def test_kill9_mid_job_is_recovered_by_another_worker(repo: Repository, spawn: Callable[..., Popen[bytes]],
+                                                      tmp_path: Path) -> None:
+    job_id = repo.enqueue("sleepy", {"seconds": 3, "marker_dir": str(tmp_path)}).id
+    a = spawn(*WORKER)
+    owner_a = wait_for(lambda: _running_by(repo, job_id), 20, "worker A to claim")
+    a.kill()
+    killed_at = time.monotonic()
+    a.wait()
+    spawn(*REAPER)
+    spawn(*WORKER)
+    wait_for(lambda: repo.get_job(job_id)["status"] == "completed", 30, "job completed elsewhere")  # type: ignore[index]
+    events = repo.job_events(job_id)
+    reap = next(e for e in events if e["event"] == "reaped_due_to_expired_lease")
+    claims = [e for e in events if e["event"] == "claimed"]
+    assert len(claims) == 2 and claims[0]["worker_id"] == owner_a and claims[1]["worker_id"] != owner_a
+    assert [e["event"] for e in events].count("completed") == 1
+    # Recovery bound: lease + grace + reaper interval + margin (a generous one on this shared machine).
+    assert time.monotonic() - killed_at < LEASE + GRACE + 0.2 + 10
+    assert reap["detail"]["owner_status"] in ("silent", "unknown", "alive")
+
+
+def test_sigterm_releases_unfinished_job_at_once(repo: Repository, spawn: Callable[..., Popen[bytes]],
+                                                 tmp_path: Path) -> None:
+    job_id = repo.enqueue("sleepy", {"seconds": 30, "marker_dir": str(tmp_path)}).id
+    quick_id = repo.enqueue("sleepy", {"seconds": 0.5, "marker_dir": str(tmp_path)}).id
+    a = spawn(*WORKER, "--drain-timeout", "2")
+    wait_for(lambda: _running_by(repo, job_id) and _running_by(repo, quick_id), 20, "both jobs claimed")
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(timeout=20) == 0
+    row = repo.get_job(job_id)
+    assert row is not None and row["status"] == "pending", "released, not left to expire"
+    assert row["attempt_count"] == 0 and row["lock_token"] is None
+    assert "released" in _events(repo, job_id)
+    quick = repo.get_job(quick_id)
+    assert quick is not None and quick["status"] == "completed", "in-flight job finished within the drain"
+    workers = {w["id"]: w for w in repo.worker_list()}
+    assert all(w["stopped_at"] is not None for w in workers.values())
+
+
+def test_sigstop_past_lease_then_sigcont_is_fenced(repo: Repository, spawn: Callable[..., Popen[bytes]],
+                                                  tmp_path: Path) -> None:
+    """pgqueuer#430 / dust#4272: the frozen worker resumes; it must be told and fenced."""
+    job_id = repo.enqueue("sleepy", {"seconds": 2, "wait_for_lost": 3, "marker_dir": str(tmp_path)}).id
+    a = spawn(*WORKER)
+    owner_a = wait_for(lambda: _running_by(repo, job_id), 20, "worker A to claim")
+    token_a = repo.get_job(job_id)["lock_token"]  # type: ignore[index]
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        spawn(*REAPER)
+        spawn(*WORKER)
+        wait_for(lambda: _running_by(repo, job_id, not_by=owner_a), 30, "worker B to claim")
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    wait_for(lambda: repo.get_job(job_id)["status"] == "completed", 30, "B to complete")  # type: ignore[index]
+    marker_a = wait_for(lambda: list(tmp_path.glob(f"{job_id}-1-{token_a}.json")), 20, "A's handler to finish")
+    seen = json.loads(marker_a[0].read_text())
+    assert seen["lease_lost"] is True, "the resumed handler was told its lease is lost"
+    events = repo.job_events(job_id)
+    wait_for(lambda: any(e["event"] == "stale_completion_rejected" for e in repo.job_events(job_id))
+             or any(e["event"] == "heartbeat_lost" for e in repo.job_events(job_id)), 10, "A's stale write")
+    events = repo.job_events(job_id)
+    names = [e["event"] for e in events]
+    assert names.count("completed") == 1, "completed exactly once"
+    completed = next(e for e in events if e["event"] == "completed")
+    assert completed["lock_token"] != token_a
+    assert any(e["event"] in ("heartbeat_lost", "stale_completion_rejected") and e["lock_token"] == token_a
+               for e in events)
+    row = repo.get_job(job_id)
+    assert row is not None and row["status"] == "completed"
+
+
+def test_burst_worker_drains_and_exits(repo: Repository, cli_env: dict[str, str]) -> None:
+    from tenure.core.repository import JobSpec
+    repo.enqueue_many([JobSpec("noop") for _ in range(200)])
+    result = run_cli(cli_env, *WORKER, "--burst")
+    assert result.returncode == 0, result.stderr
+    [s] = repo.queue_stats("default")
+    assert (s.ready, s.running, s.completed) == (0, 0, 200)
+
+
+def test_unknown_task_and_invalid_json_do_not_crash_the_worker(repo: Repository, cli_env: dict[str, str]) -> None:
+    bad = repo.enqueue("no_such_task", {"x": 1}).id
+    good = repo.enqueue("noop").id
+    result = run_cli(cli_env, *WORKER, "--burst")
+    assert result.returncode == 0, result.stderr
+    bad_row, good_row = repo.get_job(bad), repo.get_job(good)
+    assert bad_row is not None and bad_row["status"] == "failed" and bad_row["last_error_code"] == "unknown_task"
+    assert "no_such_task" in bad_row["last_error"]
+    assert good_row is not None and good_row["status"] == "completed"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["worker", "--app", "acceptance_tasks:app", "--lease", "10", "--heartbeat", "5"], "at most lease/3"),
+    (["worker", "--app", "no_such_module:app"], "cannot import app module"),
+    (["worker", "--app", "acceptance_tasks"], "MODULE:ATTR"),
+    (["worker", "--app", "acceptance_tasks:app", "--lease", "10", "--heartbeat", "1", "--grace", "0.5"],
+     "grace"),
+    (["enqueue", "t", "--payload", "{not json"], "not valid JSON"),
+    (["--database-url", "postgresql://nobody@127.0.0.1:1/none", "stats"], "cannot connect"),
+    (["--database-url", "not a dsn at all", "stats"], "invalid database URL"),
+    (["--schema", "Bad-Name", "stats"], "invalid schema name"),
+    (["worker", "--app", "acceptance_tasks:app", "--lease", "soon"], "invalid duration"),
+])
+def test_config_errors_exit_2_with_one_clear_line(cli_env: dict[str, str], args: list[str], message: str) -> None:
+    result = run_cli(cli_env, *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_cli_enqueue_stats_and_jobs_show(repo: Repository, cli_env: dict[str, str], tmp_path: Path) -> None:
+    out = run_cli(cli_env, "enqueue", "noop", "--payload", '{"a": 1}', "--idempotency-key", "k:1")
+    assert out.returncode == 0, out.stderr
+    job_id = int(out.stdout.strip())
+    again = run_cli(cli_env, "enqueue", "noop", "--idempotency-key", "k:1")
+    assert again.stdout.startswith(f"{job_id} (existing")
+    batch = tmp_path / "jobs.jsonl"
+    batch.write_text("\n".join(json.dumps({"task": "noop", "payload": {"i": i}}) for i in range(5)) + "\n")
+    assert "enqueued 5 of 5" in run_cli(cli_env, "enqueue", "--from-file", str(batch)).stdout
+    stats = json.loads(run_cli(cli_env, "stats", "--json").stdout)
+    assert stats[0]["queue"] == "default" and stats[0]["ready"] == 6
+    assert [s.__dict__ for s in repo.queue_stats()][0]["ready"] == 6
+    shown = run_cli(cli_env, "jobs", "show", str(job_id), "--json")
+    assert json.loads(shown.stdout)["job"]["idempotency_key"] == "k:1"

@@ -1,0 +1,67 @@
+"""Migrations applied in order give exactly schema.sql; migrating twice is a no-op."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+
+import pytest
+
+from tenure.core.db import connect
+from tenure.core.embedded import bin_dir
+from tenure.core.errors import SchemaTooNewError
+from tenure.core.queries import migrations, schema_sql
+from tenure.core.repository import Repository
+
+pytestmark = pytest.mark.integration
+
+
+def _dump(dsn: str, schema: str) -> str:
+    out = subprocess.run([str(bin_dir() / "pg_dump"), "--schema-only", "--no-owner", "--no-privileges",
+                          "-n", schema, dsn], check=True, capture_output=True, text=True).stdout
+    out = out.replace(f'"{schema}"', "SCHEMA").replace(f"{schema}.", "SCHEMA.").replace(f" {schema};", " SCHEMA;")
+    lines = [ln for ln in out.splitlines() if ln and not ln.startswith("--")
+             and not re.match(r"^\\(un)?restrict ", ln) and not ln.startswith("SET ")
+             and "set_config('search_path'" not in ln]
+    return "\n".join(lines)
+
+
+def test_migrations_in_order_equal_schema_sql(dsn: str) -> None:
+    a, b = f"m_{uuid.uuid4().hex[:10]}", f"s_{uuid.uuid4().hex[:10]}"
+    try:
+        with connect(dsn) as conn:
+            Repository(conn, a).migrate()
+            Repository(conn, b).apply_schema_file(schema_sql())
+        dumped_migrations, dumped_schema = _dump(dsn, a), _dump(dsn, b)
+        assert "CREATE TABLE SCHEMA.jobs" in dumped_migrations
+        assert dumped_migrations == dumped_schema
+    finally:
+        with connect(dsn) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{a}" CASCADE')
+            conn.execute(f'DROP SCHEMA IF EXISTS "{b}" CASCADE')
+
+
+def test_migrating_twice_is_a_noop(dsn: str, schema: str) -> None:
+    with connect(dsn) as conn:
+        repo = Repository(conn, schema)
+        before = _dump(dsn, schema)
+        assert repo.migrate() == []
+        assert _dump(dsn, schema) == before
+        assert repo.schema_version() == len(migrations())
+
+
+def test_schema_newer_than_code_is_refused(dsn: str, schema: str) -> None:
+    with connect(dsn) as conn:
+        conn.execute(f'INSERT INTO "{schema}".schema_migrations (version, name) VALUES (999, %s)', ("future",))
+        repo = Repository(conn, schema)
+        with pytest.raises(SchemaTooNewError, match="upgrade tenure"):
+            repo.migrate()
+        with pytest.raises(SchemaTooNewError, match="upgrade tenure"):
+            repo.check_schema()
+
+
+def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
+    with connect(dsn) as conn:
+        with pytest.raises(SchemaTooNewError, match="tenure migrate"):
+            Repository(conn, f"x_{uuid.uuid4().hex[:8]}").check_schema()

@@ -1,0 +1,316 @@
+"""The reconcile engine behind the kopf handlers, driven with an in-memory cluster."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from tenure.core.errors import ConfigError
+from tenure.operator import handlers as h
+from tenure.operator import reconcile as rc
+from tenure.operator.kube import KubeError
+
+T0 = dt.datetime(2026, 3, 1, 8, 0, 0, tzinfo=dt.UTC)
+NS = "shop"
+
+
+class FakeKube:
+    """Objects keyed by (kind, namespace, name); apply replaces what it is given (as SSA does
+    for the fields one manager owns). Deployments get a status with readyReplicas."""
+
+    def __init__(self, store: dict[tuple[str, str, str], dict[str, Any]] | None = None) -> None:
+        self.store = store if store is not None else {}
+        self.monitoring = False
+        self.applies = 0
+        self.deleted: list[tuple[str, str]] = []
+        self.fail_apply: str | None = None
+
+    def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        if self.fail_apply == manifest["kind"]:
+            raise KubeError(403, f"{manifest['kind']} is forbidden")
+        self.applies += 1
+        key = (manifest["kind"], manifest["metadata"]["namespace"], manifest["metadata"]["name"])
+        obj = copy.deepcopy(dict(manifest))
+        if manifest["kind"] == "Deployment":
+            obj["status"] = {"readyReplicas": obj["spec"]["replicas"]}
+        self.store[key] = obj
+        return copy.deepcopy(obj)
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self.store.get((kind, namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        self.deleted.append((kind, name))
+        return self.store.pop((kind, namespace, name), None) is not None
+
+    def api_available(self, api_version: str, kind: str) -> bool:
+        return self.monitoring and kind == "ServiceMonitor"
+
+    def kinds(self) -> list[str]:
+        return sorted(k for k, _, _ in self.store)
+
+
+def add_secret(kube: FakeKube, dsn: str = "postgresql://u:p@db/q") -> None:
+    kube.store[("Secret", NS, "db")] = {
+        "kind": "Secret",
+        "data": {"url": base64.b64encode(dsn.encode()).decode()},
+    }
+
+
+def body(spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "tenure.dev/v1alpha1",
+        "kind": "JobQueue",
+        "metadata": {"name": "mail", "namespace": NS, "uid": "u-1", "generation": 4},
+        "spec": spec
+        or {
+            "queue": "emails",
+            "image": "tenure:1",
+            "app": "shop.tasks:app",
+            "database": {"secretRef": {"name": "db"}},
+            "scaling": {"minReplicas": 1, "maxReplicas": 8, "scaleDownStabilizationSeconds": 60},
+        },
+        "status": status or {},
+    }
+
+
+def fetcher(figures: h.QueueFigures | Exception) -> h.StatsFetcher:
+    def fetch(dsn: str, schema: str, queue: str) -> h.QueueFigures:
+        assert dsn == "postgresql://u:p@db/q"
+        assert (schema, queue) == ("tenure", "emails")
+        if isinstance(figures, Exception):
+            raise figures
+        return figures
+
+    return fetch
+
+
+def adopt(child: dict[str, Any]) -> None:
+    child["metadata"]["ownerReferences"] = [{"kind": "JobQueue", "name": "mail", "uid": "u-1"}]
+
+
+def run(
+    kube: FakeKube,
+    b: dict[str, Any],
+    figures: h.QueueFigures | Exception,
+    now: dt.datetime = T0,
+    scale: bool = True,
+) -> h.Outcome:
+    return h.reconcile_jobqueue(b, kube, fetcher(figures), adopt, now, scale=scale)
+
+
+def cond(outcome: h.Outcome, type_: str) -> dict[str, Any]:
+    (c,) = [c for c in outcome.status["conditions"] if c["type"] == type_]
+    return c
+
+
+def feed_back(b: dict[str, Any], outcome: h.Outcome) -> dict[str, Any]:
+    """What the next pass sees after kopf applied the status patch."""
+    nb = copy.deepcopy(b)
+    nb["status"] = {**nb["status"], **copy.deepcopy(outcome.status)}
+    return nb
+
+
+def test_first_pass_creates_owned_children_and_scales_from_stats() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    out = run(kube, body(), h.QueueFigures(ready=35, running=0, scheduled=2, running_expired=1))
+    assert out.error_reason is None
+    assert kube.kinds() == ["CronJob", "Deployment", "PodDisruptionBudget", "Secret", "Service"]
+    for (kind, _, _), obj in kube.store.items():
+        if kind != "Secret":
+            assert obj["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 4
+    st = out.status
+    assert (st["ready"], st["running"], st["runningExpired"], st["scheduled"]) == (35, 0, 1, 2)
+    assert (st["desiredReplicas"], st["replicas"], st["observedGeneration"]) == (4, 4, 4)
+    assert st["lastScaleReason"].startswith("initial size 4")
+    assert [e.reason for e in out.events] == ["ScaledUp"]
+    assert cond(out, "Ready")["status"] == "True"
+    assert cond(out, "Degraded")["status"] == "False"
+
+
+def test_restart_converges_without_duplicates_or_new_events() -> None:
+    store: dict[tuple[str, str, str], dict[str, Any]] = {}
+    kube = FakeKube(store)
+    add_secret(kube)
+    figures = h.QueueFigures(ready=35)
+    b = feed_back(body(), run(kube, body(), figures))
+    before = copy.deepcopy(store)
+    # A new operator process: fresh client, same cluster, the status kopf had patched.
+    again = run(FakeKube(store), b, figures, now=T0 + dt.timedelta(seconds=10))
+    assert store == before
+    assert again.events == ()
+    assert again.status["replicas"] == 4
+    assert cond(again, "Ready")["lastTransitionTime"] == cond(
+        h.Outcome(b["status"]), "Ready"
+    )["lastTransitionTime"]
+
+
+def test_missing_secret_degrades_and_keeps_replicas() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    b = feed_back(body(), run(kube, body(), h.QueueFigures(ready=70)))
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 7
+    del kube.store[("Secret", NS, "db")]
+    out = run(kube, b, h.QueueFigures(), now=T0 + dt.timedelta(seconds=600))
+    assert out.error_reason == "SecretMissing"
+    assert not out.permanent
+    assert cond(out, "Degraded") | {"status": "True", "reason": "SecretMissing"} == cond(
+        out, "Degraded"
+    )
+    assert cond(out, "Ready")["status"] == "False"
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 7
+    assert out.status["replicas"] == 7
+    assert [e.type for e in out.events] == ["Warning"]
+    # Same failure again: no second Warning event, still degraded.
+    out2 = run(kube, feed_back(b, out), h.QueueFigures(), now=T0 + dt.timedelta(seconds=610))
+    assert out2.events == ()
+    assert cond(out2, "Degraded")["status"] == "True"
+
+
+def test_missing_key_in_secret() -> None:
+    kube = FakeKube()
+    kube.store[("Secret", NS, "db")] = {"data": {"other": "eA=="}}
+    out = run(kube, body(), h.QueueFigures())
+    assert out.error_reason == "SecretKeyMissing"
+    assert "'url'" in out.error_message
+
+
+def test_unreachable_database_never_scales_to_zero() -> None:
+    spec = body()["spec"]
+    spec["scaling"] = {"minReplicas": 0, "allowScaleToZero": True, "scaleDownStabilizationSeconds": 0}
+    kube = FakeKube()
+    add_secret(kube)
+    b = feed_back(body(spec), run(kube, body(spec), h.QueueFigures(ready=20)))
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 2
+    down = h.StatsUnavailable("DatabaseUnreachable", "connection refused")
+    out = run(kube, b, down, now=T0 + dt.timedelta(hours=1))
+    assert out.error_reason == "DatabaseUnreachable"
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 2
+    assert "ready" not in out.status or out.status["ready"] == 20
+    # Back up and empty: now it may go to zero.
+    out = run(kube, feed_back(b, out), h.QueueFigures(), now=T0 + dt.timedelta(hours=1, seconds=10))
+    assert out.error_reason is None
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 0
+    assert cond(out, "Degraded")["status"] == "False"
+
+
+def test_new_queue_without_stats_starts_at_the_floor() -> None:
+    kube = FakeKube()  # no secret at all
+    spec = body()["spec"]
+    spec["scaling"] = {"minReplicas": 0, "allowScaleToZero": True}
+    out = run(kube, body(spec), h.QueueFigures())
+    assert out.error_reason == "SecretMissing"
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 1
+
+
+def test_change_pass_keeps_replicas_and_does_not_clear_degraded() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    b = feed_back(body(), run(kube, body(), h.QueueFigures(ready=50)))
+    del kube.store[("Secret", NS, "db")]
+    b = feed_back(b, run(kube, b, h.QueueFigures(), now=T0 + dt.timedelta(seconds=10)))
+    b["spec"]["image"] = "tenure:2"
+    out = run(kube, b, h.QueueFigures(), now=T0 + dt.timedelta(seconds=20), scale=False)
+    assert out.error_reason is None
+    dep = kube.store[("Deployment", NS, "mail-worker")]
+    assert dep["spec"]["replicas"] == 5
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "tenure:2"
+    assert cond(out, "Degraded")["status"] == "True"
+
+
+def test_invalid_spec_is_permanent_and_touches_nothing() -> None:
+    kube = FakeKube()
+    spec = body()["spec"]
+    spec["heartbeatSeconds"] = 30
+    spec["leaseSeconds"] = 60
+    out = run(kube, body(spec), h.QueueFigures())
+    assert (out.error_reason, out.permanent) == ("InvalidSpec", True)
+    assert "at most a third" in out.error_message
+    assert kube.store == {}
+
+
+def test_service_monitor_follows_the_spec_when_the_api_exists() -> None:
+    kube = FakeKube()
+    kube.monitoring = True
+    add_secret(kube)
+    run(kube, body(), h.QueueFigures())
+    assert ("ServiceMonitor", NS, "mail") in kube.store
+    spec = body()["spec"]
+    spec["metrics"] = {"serviceMonitor": False}
+    run(kube, body(spec), h.QueueFigures())
+    assert ("ServiceMonitor", NS, "mail") not in kube.store
+    assert kube.deleted == [("ServiceMonitor", "mail")]
+
+
+def test_no_service_monitor_without_its_api() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    run(kube, body(), h.QueueFigures())
+    assert "ServiceMonitor" not in kube.kinds()
+    assert kube.deleted == []
+
+
+def test_apply_failure_degrades_with_the_server_message() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    kube.fail_apply = "CronJob"
+    out = run(kube, body(), h.QueueFigures())
+    assert out.error_reason == "ApplyFailed"
+    assert "forbidden" in out.error_message
+    assert not out.permanent
+
+
+def test_scale_down_event_and_scaling_condition() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    b = feed_back(body(), run(kube, body(), h.QueueFigures(ready=80)))
+    out = run(kube, b, h.QueueFigures(), now=T0 + dt.timedelta(seconds=61))
+    assert [e.reason for e in out.events] == ["ScaledDown"]
+    assert cond(out, "Scaling")["reason"] == "ScaledDown"
+    assert out.status["replicas"] == 1
+    # Next pass: nothing changes, pods ready -> Scaling False.
+    out = run(kube, feed_back(b, out), h.QueueFigures(), now=T0 + dt.timedelta(seconds=71))
+    assert out.events == ()
+    assert cond(out, "Scaling")["status"] == "False"
+
+
+def test_upsert_condition_moves_transition_time_only_on_flip() -> None:
+    c1 = h.upsert_condition([], "Ready", True, "Ok", "", T0, 1)
+    later = T0 + dt.timedelta(minutes=5)
+    c2 = h.upsert_condition(c1, "Ready", True, "Ok", "still", later, 2)
+    assert c2[0]["lastTransitionTime"] == c1[0]["lastTransitionTime"]
+    assert (c2[0]["message"], c2[0]["observedGeneration"]) == ("still", 2)
+    c3 = h.upsert_condition(c2, "Ready", False, "Broken", "x", later, 2)
+    assert c3[0]["lastTransitionTime"] == "2026-03-01T08:05:00Z"
+    c4 = h.upsert_condition(c3, "Degraded", True, "Broken", "x", later, 2)
+    assert [c["type"] for c in c4] == ["Ready", "Degraded"]
+
+
+def test_operator_config() -> None:
+    cfg = h.OperatorConfig.from_env({"TENURE_OPERATOR_INTERVAL_SECONDS": "5"})
+    assert cfg.interval_seconds == 5
+    assert [cfg.backoff(r) for r in (0, 1, 2)] == [5, 10, 20]
+    assert cfg.backoff(50) == cfg.backoff_max_seconds
+    with pytest.raises(ConfigError):
+        h.OperatorConfig.from_env({"TENURE_OPERATOR_INTERVAL_SECONDS": "soon"})
+    with pytest.raises(ConfigError):
+        h.OperatorConfig(interval_seconds=0).validate()
+
+
+def test_children_names_match_the_builders() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    run(kube, body(), h.QueueFigures())
+    names = {(k, n) for k, _, n in kube.store}
+    assert ("Deployment", rc.worker_name("mail")) in names
+    assert ("CronJob", rc.reaper_name("mail")) in names
+    assert ("Service", rc.service_name("mail")) in names
+    assert ("PodDisruptionBudget", rc.pdb_name("mail")) in names
