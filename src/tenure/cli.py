@@ -141,7 +141,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     config = rt_mod.WorkerConfig(
         queues=queues, concurrency=args.concurrency, claim_batch=args.claim_batch,
         heartbeat=hb_mod.HeartbeatConfig(lease=args.lease, interval=args.heartbeat,
-                                         max_lease_total=args.max_lease_total),
+                                         max_lease_total=args.max_lease_total,
+                                         max_effect_hold=args.max_effect_hold),
         poll_interval=args.poll_interval, drain_timeout=args.drain_timeout, burst=args.burst,
         reaper_interval=args.reaper_interval, reaper=_reaper_config(args, interval=1.0))
     config.validate()
@@ -342,7 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--claim-batch", type=positive_int, default=rt_mod.CLAIM_BATCH_DEFAULT)
     p.add_argument("--lease", type=duration, default=hb_mod.LEASE_DEFAULT)
     p.add_argument("--heartbeat", type=duration, default=hb_mod.HEARTBEAT_DEFAULT)
-    p.add_argument("--max-lease-total", type=duration, default=hb_mod.MAX_LEASE_TOTAL_DEFAULT)
+    p.add_argument("--max-lease-total", type=duration, default=hb_mod.MAX_LEASE_TOTAL_DEFAULT,
+                   help="longest an attempt may hold its job however often it renews (bounded extension)")
+    p.add_argument("--max-effect-hold", type=duration, default=hb_mod.MAX_EFFECT_HOLD_DEFAULT,
+                   help="longest an in-flight effect keeps its idempotency key while its worker lives")
     p.add_argument("--drain-timeout", type=duration, default=rt_mod.DRAIN_TIMEOUT_DEFAULT)
     p.add_argument("--poll-interval", type=duration, default=rt_mod.POLL_INTERVAL_DEFAULT)
     p.add_argument("--reaper-interval", type=duration, default=rt_mod.REAPER_INTERVAL_DEFAULT,

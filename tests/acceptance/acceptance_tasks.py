@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -28,3 +29,43 @@ def sleepy(ctx: JobContext) -> None:
 @app.task("noop")
 def noop(ctx: JobContext) -> None:
     return None
+
+
+def _post(url: str, body: dict[str, object], key: str) -> str:
+    import urllib.request
+    req = urllib.request.Request(f"{url}/send", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "Idempotency-Key": key})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return str(json.loads(resp.read())["message_id"])
+
+
+@app.task("send_invoice_email")
+def send_invoice_email(ctx: JobContext) -> None:
+    """Seed 001's flow: the effect store guards the send; the provider gets the same key.
+
+    With ``crash_after_send`` the first attempt dies after the provider accepted the email and
+    before success is recorded: the worst moment for duplicates.
+    """
+    invoice = ctx.payload["invoice_id"]
+    key = f"invoice:{invoice}:email:v1"
+    with ctx.effect(key) as effect:
+        if effect.already_succeeded:
+            return
+        message_id = _post(ctx.payload["provider"], {"to": ctx.payload["to"], "invoice": invoice}, key)
+        if ctx.payload.get("crash_after_send") and ctx.attempt == 1:
+            os._exit(137)
+        effect.succeeded(message_id)
+
+
+@app.task("checkpointed")
+def checkpointed(ctx: JobContext) -> None:
+    """Three steps; dies after committing step 2 on the first attempt, resumes from it after."""
+    log_path = Path(ctx.payload["log"])
+    steps = ["reserve", "charge", "ship"]
+    start = steps.index(ctx.checkpoint_step) + 1 if ctx.checkpoint_step else 0
+    for step in steps[start:]:
+        with log_path.open("a") as fh:
+            fh.write(f"{ctx.attempt}:{step}\n")
+        ctx.checkpoint(step, {"done": step})
+        if step == "charge" and ctx.attempt == 1:
+            os._exit(137)

@@ -49,11 +49,14 @@ def _run_as() -> str | None:
     return SYSTEM_USER
 
 
-def _identity(user: str | None) -> dict[str, object]:
-    """subprocess arguments that drop root entirely (uid, gid and supplementary groups)."""
+def _run(cmd: list[str], user: str | None, *, check: bool,
+         timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a PostgreSQL binary, dropping root entirely (uid, gid and supplementary groups):
+    with gid 0 kept, group permission bits of root-owned folders would deny access."""
     if user is None:
-        return {}
-    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
+        return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=timeout,
+                          user=user, group=pwd.getpwnam(user).pw_gid, extra_groups=[])
 
 
 def _make_traversable(path: Path) -> None:
@@ -103,8 +106,7 @@ class EmbeddedServer:
 def _pg_ctl(datadir: Path, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
     user = _run_as()
     cmd = [str(bin_dir() / "pg_ctl"), "-D", str(datadir), *args]
-    return subprocess.run(cmd, check=check, capture_output=True, text=True,
-                          timeout=START_TIMEOUT_DEFAULT + 10, **_identity(user))
+    return _run(cmd, user, check=check, timeout=START_TIMEOUT_DEFAULT + 10)
 
 
 def _running_port(datadir: Path) -> int | None:
@@ -149,9 +151,8 @@ def ensure_server(datadir: Path) -> EmbeddedServer:
             if user is not None:
                 _make_traversable(datadir.parent)
                 shutil.chown(datadir, user, user)
-            subprocess.run([str(bin_dir() / "initdb"), "-D", str(datadir), "--auth=trust",
-                            "-U", "postgres", "--encoding=UTF8", "--no-instructions"],
-                           check=True, capture_output=True, text=True, **_identity(user))
+            _run([str(bin_dir() / "initdb"), "-D", str(datadir), "--auth=trust",
+                  "-U", "postgres", "--encoding=UTF8", "--no-instructions"], user, check=True)
         socket_dir.mkdir(exist_ok=True)
         if user is not None:
             shutil.chown(socket_dir, user, user)

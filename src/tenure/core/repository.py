@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tenure.core.errors import SchemaTooNewError
@@ -117,7 +117,7 @@ class Repository:
     # -- plumbing ---------------------------------------------------------------------------
     def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Row]:
         with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self._q[name], params or {})  # type: ignore[arg-type]
+            cur.execute(self._q[name], params or {})
             return cur.fetchall() if cur.description else []
 
     def _one(self, name: str, params: dict[str, Any] | None = None) -> Row | None:
@@ -127,14 +127,12 @@ class Repository:
     # -- migrations -------------------------------------------------------------------------
     def schema_version(self) -> int:
         """Highest applied migration, 0 for an empty schema."""
-        with self.conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute("SELECT to_regclass(%s)", (f"{quote_ident(self.schema)}.schema_migrations",))
-            row = cur.fetchone()
-            if row is None or row[0] is None:
-                return 0
-            cur.execute(f"SELECT coalesce(max(version), 0) FROM {quote_ident(self.schema)}.schema_migrations")
-            found = cur.fetchone()
-            return int(found[0]) if found else 0
+        table = f"{quote_ident(self.schema)}.schema_migrations"
+        present = self._one("migration_table_exists", {"table": table})
+        if not present or not present["present"]:
+            return 0
+        row = self._one("migration_version")
+        return int(row["version"]) if row else 0
 
     def check_schema(self) -> None:
         """Refuse to run against a schema that is missing or newer than this code."""
@@ -152,34 +150,31 @@ class Repository:
         Concurrent callers serialise on an advisory lock. Refuses a schema newer than the code.
         """
         applied: list[int] = []
-        schema = quote_ident(self.schema)
         known = migrations()
         with self.conn.transaction():
-            with self.conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tenure-migrate:{self.schema}",))
-                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-                current = self.schema_version()
-                if current > len(known):
-                    raise SchemaTooNewError(
-                        f"schema {self.schema!r} is at version {current} but this tenure knows "
-                        f"{len(known)}: upgrade tenure")
-                for version, name, sql in known:
-                    if version <= current:
-                        continue
-                    cur.execute(f"SET LOCAL search_path TO {schema}")
-                    cur.execute(sql.encode())
-                    cur.execute(f"INSERT INTO {schema}.schema_migrations (version, name) VALUES (%s, %s)",
-                                (version, name))
-                    applied.append(version)
+            self._rows("migration_lock", {"schema": self.schema})
+            self._rows("migration_schema_create")
+            current = self.schema_version()
+            if current > len(known):
+                raise SchemaTooNewError(
+                    f"schema {self.schema!r} is at version {current} but this tenure knows "
+                    f"{len(known)}: upgrade tenure")
+            for version, name, sql in known:
+                if version <= current:
+                    continue
+                self._rows("migration_search_path")
+                with self.conn.cursor() as cur:
+                    cur.execute(sql.encode())  # a numbered migration file from sql/migrations
+                self._rows("migration_record", {"version": version, "name": name})
+                applied.append(version)
         return applied
 
     def apply_schema_file(self, sql: str) -> None:
         """Create the schema from ``schema.sql`` directly (tests compare it with the migrations)."""
-        schema = quote_ident(self.schema)
         with self.conn.transaction():
+            self._rows("migration_schema_create")
+            self._rows("migration_search_path")
             with self.conn.cursor() as cur:
-                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-                cur.execute(f"SET LOCAL search_path TO {schema}")
                 cur.execute(sql.encode())
 
     # -- enqueue ----------------------------------------------------------------------------
@@ -223,14 +218,18 @@ class Repository:
             for r in rows]
 
     def heartbeat(self, worker_id: str, held: Sequence[tuple[int, uuid.UUID]], lease: float,
-                  max_lease_total: float) -> list[HeartbeatOutcome]:
-        """Renew every held lease in one statement and touch the worker's registry row."""
-        if not held:
+                  max_lease_total: float, effect_tokens: Sequence[uuid.UUID] = (),
+                  max_effect_hold: float | None = None) -> list[HeartbeatOutcome]:
+        """Renew every held lease (and the keys of effects still in flight) in one statement,
+        and touch the worker's registry row."""
+        if not held and not effect_tokens:
             self._rows("worker_touch", {"id": worker_id})
             return []
         rows = self._rows("job_heartbeat", {
             "ids": [h[0] for h in held], "tokens": [h[1] for h in held], "lease": float(lease),
-            "max_lease_total": float(max_lease_total), "worker_id": worker_id})
+            "max_lease_total": float(max_lease_total), "worker_id": worker_id,
+            "effect_tokens": list(effect_tokens),
+            "max_effect_hold": float(max_effect_hold if max_effect_hold is not None else max_lease_total)})
         return [HeartbeatOutcome(r["id"], r["outcome"], r["lease_expires_at"], r["remaining_seconds"])
                 for r in rows]
 
@@ -397,6 +396,15 @@ class Repository:
     def prune_completed(self, older_than: float, batch: int = 10_000) -> int:
         row = self._one("job_prune_completed", {"older_than": float(older_than), "batch": batch})
         return int(row["deleted"]) if row else 0
+
+    # -- doctor (R20) -----------------------------------------------------------------------
+    def running_jobs(self, queue: str | None = None, limit: int = 1000) -> list[Row]:
+        """Running jobs, oldest first, with lease state and owner liveness (DB clock)."""
+        return self._rows("job_running_list", {"queue": queue, "limit": limit})
+
+    def reap_review(self, window_seconds: float, queue: str | None = None) -> list[Row]:
+        """Reaps within the window per queue and task, with later writes from the reaped token."""
+        return self._rows("job_reap_review", {"window": float(window_seconds), "queue": queue})
 
 
 def iter_batches(items: Iterable[JobSpec], size: int) -> Iterable[list[JobSpec]]:

@@ -11,7 +11,12 @@ from tenure import App, JobContext, PermanentError
 app = App("demo")
 
 
-@app.task("send_invoice_email", validate=lambda p: int(p["invoice_id"]))
+def _invoice_payload(payload: dict[str, object]) -> None:
+    if not isinstance(payload.get("invoice_id"), int):
+        raise ValueError("invoice_id must be an integer")
+
+
+@app.task("send_invoice_email", validate=_invoice_payload)
 def send_invoice_email(ctx: JobContext) -> None:
     invoice = ctx.payload["invoice_id"]
     with ctx.effect(f"invoice:{invoice}:email:v1") as effect:

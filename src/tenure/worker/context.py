@@ -182,6 +182,8 @@ class JobContext:
         if row["outcome"] == "leased_by_other_worker":
             raise EffectDeferred(key, defer_seconds)
         eff = Effect(key, row["outcome"], row["result_ref"], self)
+        if self._effect_hook is not None and eff.outcome == "claimed":
+            self._effect_hook(self, True)
         try:
             yield eff
         except BaseException as exc:
@@ -193,10 +195,15 @@ class JobContext:
                     repo.execution_fail(key, self.job.lock_token, retrying=not permanent,
                                         error_code=failure.code if failure else "interrupted")
             raise
+        finally:
+            if self._effect_hook is not None and eff.outcome == "claimed":
+                self._effect_hook(self, False)
         if eff.outcome == "claimed" and not eff._done:
             raise RuntimeError(f"effect {key!r}: call eff.succeeded(result_ref) inside the with block")
 
     _dedup_hook: Callable[[bool], None] | None = None
+    _effect_hook: Callable[[JobContext, bool], None] | None = None
+    """Told when a claimed effect opens (True) and closes (False): the heartbeat keeps its key."""
 
     def _dedup(self, hit: bool) -> None:
         if self._dedup_hook is not None:

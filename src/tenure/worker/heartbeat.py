@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ log = logging.getLogger("tenure.heartbeat")
 LEASE_DEFAULT = 30.0
 HEARTBEAT_DEFAULT = 5.0
 MAX_LEASE_TOTAL_DEFAULT = 3600.0
+MAX_EFFECT_HOLD_DEFAULT = 7200.0
 MIN_LEASE_TO_HEARTBEAT_RATIO = 3.0
 
 
@@ -40,6 +42,9 @@ class HeartbeatConfig:
     """Seconds between renewals; at most lease/3 so one or two late beats never lose a lease."""
     max_lease_total: float = MAX_LEASE_TOTAL_DEFAULT
     """Seconds an attempt may hold its job in total, however often it renews (bounded extension)."""
+    max_effect_hold: float = MAX_EFFECT_HOLD_DEFAULT
+    """Seconds an effect body may keep its idempotency key while its worker lives, even after the
+    job's lease is lost; a redelivery meanwhile is deferred rather than running the effect twice."""
 
     def validate(self) -> None:
         if self.lease <= 0 or self.interval <= 0:
@@ -50,6 +55,8 @@ class HeartbeatConfig:
                 f"({self.lease / MIN_LEASE_TO_HEARTBEAT_RATIO:g}s for a {self.lease:g}s lease)")
         if self.max_lease_total < self.lease:
             raise ConfigError(f"max total lease {self.max_lease_total:g}s is below the lease {self.lease:g}s")
+        if self.max_effect_hold < self.lease:
+            raise ConfigError(f"max effect hold {self.max_effect_hold:g}s is below the lease {self.lease:g}s")
 
 
 class Heartbeater:
@@ -57,11 +64,13 @@ class Heartbeater:
 
     def __init__(self, config: HeartbeatConfig, *, dsn: str, schema: str, worker_id: str,
                  held: dict[int, JobContext], metrics: WorkerMetrics | None,
-                 on_lost: Callable[[JobContext, str], None]) -> None:
+                 on_lost: Callable[[JobContext, str], None],
+                 effects: dict[uuid.UUID, JobContext] | None = None) -> None:
         config.validate()
         self.config = config
         self.dsn, self.schema, self.worker_id = dsn, schema, worker_id
         self.held = held
+        self.effects = effects if effects is not None else {}
         self.metrics = metrics
         self.on_lost = on_lost
         self.last_success = time.monotonic()
@@ -84,7 +93,8 @@ class Heartbeater:
             try:
                 outcomes = self._repo().heartbeat(
                     self.worker_id, [(jid, ctx.lock_token) for jid, ctx in snapshot.items()],
-                    self.config.lease, self.config.max_lease_total)
+                    self.config.lease, self.config.max_lease_total, list(self.effects.copy()),
+                    self.config.max_effect_hold)
             except psycopg.Error:
                 if self._conn is not None:
                     self._conn.close()

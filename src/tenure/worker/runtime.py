@@ -74,7 +74,7 @@ class WorkerConfig:
     drain_timeout: float = DRAIN_TIMEOUT_DEFAULT
     """Seconds in-flight jobs get to finish after SIGTERM before they are released."""
     burst: bool = False
-    """Exit once the queues have no ready work and nothing is in flight."""
+    """Exit once the queues have no pending (ready or scheduled) or running jobs."""
     reaper_interval: float = REAPER_INTERVAL_DEFAULT
     """Seconds between in-process reaper cycles; 0 leaves reaping to `tenure reaper`."""
     reaper: ReaperConfig = ReaperConfig()
@@ -173,6 +173,7 @@ class Worker:
         self.metrics = WorkerMetrics(registry or CollectorRegistry())
         self.state = WorkerState()
         self.held: dict[int, JobContext] = {}
+        self.open_effects: dict[uuid.UUID, JobContext] = {}
         self._lock = threading.Lock()
         self._wakeup = Wakeup()
         self._stop_signalled = False
@@ -185,7 +186,8 @@ class Worker:
         self._handler_conns: queue.SimpleQueue[Connection] = queue.SimpleQueue()
         self._rng = random.Random()
         self.heartbeater = Heartbeater(config.heartbeat, dsn=dsn, schema=schema, worker_id=self.worker_id,
-                                       held=self.held, metrics=self.metrics, on_lost=self._lease_lost)
+                                       held=self.held, metrics=self.metrics, on_lost=self._lease_lost,
+                                       effects=self.open_effects)
         self._threads: list[threading.Thread] = []
         self._abandoned_ids: set[int] = set()
 
@@ -240,13 +242,16 @@ class Worker:
             self.state.ready = False
             self._acks.put(None)
             for t in self._threads:
-                if t.name == "tenure-ack":
+                if t.name in ("tenure-ack", "tenure-listen"):
                     t.join(timeout=30)
             self.heartbeater.stop()
             try:
-                Repository(self._ensure(claim_conn, "claim"), self.schema).worker_stop(self.worker_id)
+                with connect(self.dsn, application_name=f"tenure-stop:{self.worker_id}") as conn:
+                    Repository(conn, self.schema).worker_stop(self.worker_id)
             except psycopg.Error as exc:
                 log.warning("could not deregister: %s", exc)
+            repo.conn.close()
+            claim_conn.close()
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -316,7 +321,7 @@ class Worker:
                     busy = self.state.in_flight > 0 or self._pending_acks > 0
                 if not busy:
                     stats = repo.queue_stats()
-                    if not any(s.ready or s.running for s in stats if s.queue in cfg.queues):
+                    if not any(s.ready or s.running or s.scheduled for s in stats if s.queue in cfg.queues):
                         break
             self._wakeup.wait(cfg.poll_interval)
         self.state.stop_requested.set()
@@ -329,6 +334,7 @@ class Worker:
                          _heartbeat_now=self.heartbeater.beat_now)
         labels = (job.queue, job.task)
         ctx._dedup_hook = lambda hit: self._count_dedup(labels, "effect", hit)
+        ctx._effect_hook = self._effect_open_close
         self.metrics.claimed.labels(*labels).inc()
         self.metrics.wait.labels(*labels).observe(job.wait_seconds)
         self.metrics.attempts.labels(*labels).observe(job.attempt)
@@ -339,7 +345,7 @@ class Worker:
         task = self.app.get(job.task)
         if task is not None and task.is_async and self._loop is not None:
             fut = asyncio.run_coroutine_threadsafe(self._run_async(task, ctx), self._loop)
-            ctx._on_lost.append(lambda: fut.cancel())
+            ctx._on_lost.append(lambda: None if fut.cancel() else None)
         else:
             fut = self._pool.submit(self._run_sync, task, ctx)
         self._futures[job.id] = fut
@@ -513,6 +519,12 @@ class Worker:
             self.state.processed += len(batch)
             self._idle.notify_all()
 
+    def _effect_open_close(self, ctx: JobContext, opened: bool) -> None:
+        if opened:
+            self.open_effects[ctx.lock_token] = ctx
+        else:
+            self.open_effects.pop(ctx.lock_token, None)
+
     def _count_stale(self, ctx: JobContext, operation: str) -> None:
         self.metrics.stale_writes.labels(ctx.job.queue, ctx.job.task, operation).inc()
 
@@ -548,7 +560,7 @@ class Worker:
                     conn.execute(f'LISTEN "{channel}"')
                     self._wakeup.set()
                     while not self.state.stop_requested.is_set():
-                        for note in conn.notifies(timeout=1.0):
+                        for note in conn.notifies(timeout=0.2):
                             if note.payload in self.config.queues:
                                 self._wakeup.set()
             except psycopg.Error as exc:

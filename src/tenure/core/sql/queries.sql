@@ -78,10 +78,14 @@ WITH held AS (
       AND j.started_at + make_interval(secs => %(max_lease_total)s) > now()
     RETURNING j.id, j.lock_token, j.lease_expires_at
 ), effects AS (
+    -- Effects still in flight keep their key while this worker lives, even after the job's
+    -- lease is lost, bounded by max_effect_hold; a dead worker's keys expire with its beats.
     UPDATE {schema}.job_executions e
-    SET lease_until = r.lease_expires_at, updated_at = now()
-    FROM renewed r
-    WHERE e.status = 'processing' AND e.lock_token = r.lock_token
+    SET lease_until = least(now() + make_interval(secs => %(lease)s),
+                            e.claimed_at + make_interval(secs => %(max_effect_hold)s)),
+        updated_at = now()
+    WHERE e.status = 'processing' AND e.lock_token = ANY(%(effect_tokens)s::uuid[])
+      AND e.claimed_at + make_interval(secs => %(max_effect_hold)s) > now()
 ), seen AS (
     UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(worker_id)s
 )
@@ -342,7 +346,8 @@ WITH claimed AS (
     VALUES (%(key)s, 'processing', %(job_id)s, %(token)s, now() + make_interval(secs => %(lease)s))
     ON CONFLICT (idempotency_key) DO UPDATE
     SET status = 'processing', job_id = excluded.job_id, lock_token = excluded.lock_token,
-        lease_until = excluded.lease_until, attempt_count = e.attempt_count + 1, updated_at = now()
+        lease_until = excluded.lease_until, attempt_count = e.attempt_count + 1,
+        claimed_at = now(), updated_at = now()
     WHERE e.status <> 'succeeded'
       AND (e.status IN ('retrying', 'failed') OR e.lease_until IS NULL OR e.lease_until < now()
            OR e.lock_token = excluded.lock_token)
@@ -458,3 +463,76 @@ FROM runs GROUP BY queue_name, task ORDER BY queue_name, task;
 -- name: db_now
 -- The database clock, the only clock leases are judged by.
 SELECT now() AS now, extract(epoch FROM now())::float8 AS epoch;
+
+-- name: job_running_list
+-- Running jobs, oldest first, with age, heartbeat lag, lease state and owner liveness by the DB clock (for `tenure doctor`).
+SELECT j.id, j.queue_name, j.task, j.locked_by, j.attempt_count, j.lease_expires_at,
+       extract(epoch FROM now() - j.started_at)::float8 AS age_seconds,
+       extract(epoch FROM now() - j.last_heartbeat_at)::float8 AS heartbeat_lag_seconds,
+       extract(epoch FROM j.lease_expires_at - now())::float8 AS lease_remaining_seconds,
+       CASE WHEN w.id IS NULL THEN 'unknown'
+            WHEN w.stopped_at IS NOT NULL THEN 'stopped'
+            WHEN w.last_seen_at > now() - make_interval(secs => 3 * w.heartbeat_seconds) THEN 'alive'
+            ELSE 'silent' END AS owner_status,
+       w.heartbeat_seconds AS owner_heartbeat_seconds, w.version AS owner_version
+FROM {schema}.jobs j
+LEFT JOIN {schema}.workers w ON w.id = j.locked_by
+WHERE j.status = 'running' AND (%(queue)s::text IS NULL OR j.queue_name = %(queue)s::text)
+ORDER BY j.started_at, j.id
+LIMIT %(limit)s;
+
+-- name: job_reap_review
+-- Reaps within a window per queue and task, and how many the reaped token later tried to write (reaper too eager), for `tenure doctor`.
+WITH reaps AS (
+    SELECT e.job_id, e.queue_name, e.lock_token, e.created_at, e.detail->>'owner_status' AS owner_status
+    FROM {schema}.job_events e
+    WHERE e.event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
+      AND e.created_at > now() - make_interval(secs => %(window)s)
+      AND (%(queue)s::text IS NULL OR e.queue_name = %(queue)s::text)
+), late AS (
+    SELECT r.job_id, r.lock_token, r.created_at, min(s.created_at) AS stale_at,
+           bool_or(s.event = 'stale_completion_rejected') AS completion
+    FROM reaps r
+    JOIN {schema}.job_events s
+      ON s.job_id = r.job_id AND s.lock_token = r.lock_token AND s.created_at >= r.created_at
+     AND s.event IN ('stale_completion_rejected', 'stale_write_rejected', 'heartbeat_lost')
+    GROUP BY r.job_id, r.lock_token, r.created_at
+)
+SELECT r.queue_name, coalesce(j.task, '?') AS task,
+       count(*)::bigint AS reaped,
+       count(l.job_id)::bigint AS followed_by_stale_write,
+       count(*) FILTER (WHERE l.completion)::bigint AS followed_by_stale_completion,
+       count(*) FILTER (WHERE r.owner_status = 'alive')::bigint AS owner_alive,
+       min(r.created_at) AS first_reaped_at, max(r.created_at) AS last_reaped_at,
+       max(extract(epoch FROM l.stale_at - r.created_at))::float8 AS max_stale_after_seconds,
+       (array_agg(r.job_id ORDER BY r.created_at) FILTER (WHERE l.job_id IS NOT NULL))[1:5] AS stale_job_ids,
+       (array_agg(r.job_id ORDER BY r.created_at))[1:5] AS job_ids
+FROM reaps r
+LEFT JOIN late l ON l.job_id = r.job_id AND l.lock_token = r.lock_token AND l.created_at = r.created_at
+LEFT JOIN {schema}.jobs j ON j.id = r.job_id
+GROUP BY r.queue_name, coalesce(j.task, '?')
+ORDER BY r.queue_name, task;
+
+-- name: migration_lock
+-- Serialise concurrent `tenure migrate` runs on one schema (transaction-scoped advisory lock).
+SELECT pg_advisory_xact_lock(hashtext('tenure-migrate:' || %(schema)s));
+
+-- name: migration_schema_create
+-- Create the schema that holds every tenure object, if missing.
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- name: migration_search_path
+-- Point unqualified names in a migration file at the schema (this transaction only).
+SET LOCAL search_path TO {schema};
+
+-- name: migration_table_exists
+-- Whether the migrations table exists yet (an empty schema has none).
+SELECT to_regclass(%(table)s) IS NOT NULL AS present;
+
+-- name: migration_version
+-- The highest applied migration.
+SELECT coalesce(max(version), 0) AS version FROM {schema}.schema_migrations;
+
+-- name: migration_record
+-- Record one applied migration.
+INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s);

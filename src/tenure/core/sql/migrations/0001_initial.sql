@@ -98,6 +98,7 @@ CREATE TABLE job_executions (
     lock_token       uuid,
     attempt_count    integer     NOT NULL DEFAULT 1,
     lease_until      timestamptz,
+    claimed_at       timestamptz NOT NULL DEFAULT now(),
     result_ref       text,
     last_error_code  text,
     created_at       timestamptz NOT NULL DEFAULT now(),

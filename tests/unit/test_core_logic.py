@@ -1,0 +1,150 @@
+"""Pure logic: backoff, error classes, config validation, the named-query file, CLI parsing."""
+
+from __future__ import annotations
+
+import random
+import re
+import statistics
+
+import pytest
+
+from tenure.cli import build_parser, duration
+from tenure.core.backoff import RetryPolicy, backoff_cap, full_jitter_delay
+from tenure.core.errors import (AmbiguousError, ConfigError, PermanentError, RetryableError,
+                                classify_exception)
+from tenure.core.queries import _read, parse_named_queries
+from tenure.reaper.reaper import ReaperConfig
+from tenure.worker.app import App, load_app
+from tenure.worker.heartbeat import HeartbeatConfig
+from tenure.worker.runtime import WorkerConfig
+
+
+def test_backoff_cap_grows_exponentially_and_is_clamped() -> None:
+    assert [backoff_cap(a, 1.0, 60.0) for a in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
+    assert backoff_cap(10_000, 1.0, 60.0) == 60.0
+
+
+@pytest.mark.parametrize("attempt", [1, 3, 6])
+def test_full_jitter_stays_in_window_and_is_really_spread(attempt: int) -> None:
+    policy = RetryPolicy(base_delay=1.0, max_delay=30.0)
+    rng = random.Random(1234)
+    cap = backoff_cap(attempt, 1.0, 30.0)
+    delays = [full_jitter_delay(attempt, policy, rng) for _ in range(5000)]
+    assert all(0.0 <= d <= cap for d in delays)
+    # Uniform on [0, cap]: mean cap/2, stdev cap/sqrt(12); deciles roughly equally filled.
+    assert statistics.fmean(delays) == pytest.approx(cap / 2, rel=0.05)
+    assert statistics.pstdev(delays) == pytest.approx(cap / 12 ** 0.5, rel=0.05)
+    counts = [0] * 10
+    for d in delays:
+        counts[min(int(d / cap * 10), 9)] += 1
+    chi2 = sum((c - 500) ** 2 / 500 for c in counts)
+    assert chi2 < 27.9  # 9 degrees of freedom, p = 0.001
+    assert len({round(d, 6) for d in delays}) > 4900
+
+
+def test_retry_policy_validation() -> None:
+    with pytest.raises(ConfigError):
+        RetryPolicy(base_delay=10, max_delay=1).validate()
+    with pytest.raises(ConfigError):
+        RetryPolicy(max_attempts=0).validate()
+
+
+def test_error_classification() -> None:
+    assert classify_exception(TimeoutError("x")).code == "timeout"
+    assert isinstance(classify_exception(ConnectionResetError()), RetryableError)
+    assert classify_exception(ConnectionResetError()).code == "connection_error"
+    assert classify_exception(KeyError("k")).code == "handler_error"
+    perm = PermanentError("no", code="bad_credentials")
+    assert classify_exception(perm) is perm
+    mapped = classify_exception(LookupError("gone"), (lambda e: PermanentError(str(e), code="missing_reference")
+                                                      if isinstance(e, LookupError) else None,))
+    assert isinstance(mapped, PermanentError) and mapped.code == "missing_reference"
+    assert AmbiguousError("x").code == "ambiguous"
+    with pytest.raises(ValueError):
+        RetryableError("x", retry_after=-1)
+
+
+@pytest.mark.parametrize("lease, interval, ok", [(30, 10, True), (30, 10.01, False), (1, 0.3, True), (3, 1.5, False)])
+def test_heartbeat_must_be_at_most_a_third_of_the_lease(lease: float, interval: float, ok: bool) -> None:
+    cfg = HeartbeatConfig(lease=lease, interval=interval)
+    if ok:
+        cfg.validate()
+    else:
+        with pytest.raises(ConfigError, match="lease/3"):
+            cfg.validate()
+
+
+def test_worker_and_reaper_config_validation() -> None:
+    WorkerConfig().validate()
+    ReaperConfig().validate()
+    for bad in (WorkerConfig(concurrency=0), WorkerConfig(queues=()),
+                WorkerConfig(reaper=ReaperConfig(grace=1), heartbeat=HeartbeatConfig(lease=30, interval=5))):
+        with pytest.raises(ConfigError):
+            bad.validate()
+    with pytest.raises(ConfigError):
+        HeartbeatConfig(lease=30, interval=5, max_lease_total=10).validate()
+    with pytest.raises(ConfigError):
+        ReaperConfig(batch=0).validate()
+
+
+def test_named_queries_follow_house_style() -> None:
+    queries = parse_named_queries(_read("queries.sql"))
+    assert len(queries) >= 25
+    for name, (description, sql) in queries.items():
+        assert re.fullmatch(r"[a-z]+(_[a-z]+)+", name), name
+        assert name.split("_")[0] in {"job", "queue", "worker", "execution", "dlq", "db", "migration"}, name
+        assert len(description) > 10, name
+        assert "{schema}" in sql or name in ("db_now", "migration_lock", "migration_table_exists"), name
+    # Every time-dependent query compares with the database clock, never a parameter.
+    for name in ("job_claim", "job_heartbeat", "job_reap_candidates", "execution_claim"):
+        assert "now()" in queries[name][1]
+    assert "FOR UPDATE SKIP LOCKED" in queries["job_claim"][1]
+    assert "lock_token = held.token" in queries["job_heartbeat"][1]
+
+
+def test_parse_named_queries_rejects_missing_description() -> None:
+    with pytest.raises(ValueError, match="description"):
+        parse_named_queries("-- name: job_x\nSELECT 1;\n")
+    with pytest.raises(ValueError, match="duplicate"):
+        parse_named_queries("-- name: a_b\n-- d\nSELECT 1;\n-- name: a_b\n-- d\nSELECT 2;\n")
+
+
+def test_only_the_repository_runs_sql() -> None:
+    from pathlib import Path
+    import tenure
+    root = Path(tenure.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        if re.search(r"\.execute\(\s*f?[\"'](SELECT|INSERT|UPDATE|DELETE|WITH)\b", text):
+            offenders.append(str(path.relative_to(root)))
+    assert offenders == [], offenders
+
+
+@pytest.mark.parametrize("text, seconds", [("30", 30), ("30s", 30), ("1.5m", 90), ("2h", 7200), ("250ms", 0.25)])
+def test_duration(text: str, seconds: float) -> None:
+    assert duration(text) == pytest.approx(seconds)
+
+
+def test_parser_knows_every_command() -> None:
+    parser = build_parser()
+    for argv in (["migrate"], ["enqueue", "t"], ["worker", "--app", "m:a"], ["reaper", "--once"], ["stats"],
+                 ["jobs", "show", "1"], ["dlq", "list"], ["dlq", "replay", "--rate", "5"], ["demo"],
+                 ["exporter"], ["prune", "--older-than", "7d"]):
+        assert parser.parse_args(argv).func
+
+
+def test_app_registry_and_loading() -> None:
+    app = App()
+
+    @app.task("a", queue="q1", max_attempts=2)
+    def a(ctx: object) -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="twice"):
+        app.task("a")(a)
+    assert app.get("a") is not None and app.get("a").retry.max_attempts == 2  # type: ignore[union-attr]
+    assert app.queues == ["q1"]
+    assert load_app("tenure.demo.tasks:app").get("send_invoice_email") is not None
+    with pytest.raises(ConfigError, match="not a tenure.App"):
+        load_app("tenure.demo.tasks:send_invoice_email")
