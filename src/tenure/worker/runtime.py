@@ -254,6 +254,9 @@ class Worker:
             claim_conn.close()
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
+                for t in self._threads:
+                    if t.name == "tenure-asyncio":
+                        t.join(timeout=5)
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._wakeup.close()
             while not self._handler_conns.empty():
@@ -269,10 +272,16 @@ class Worker:
         ready = threading.Event()
 
         def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self._loop)
+            loop = self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
             ready.set()
-            self._loop.run_forever()
+            try:
+                loop.run_forever()
+            finally:
+                for task in asyncio.all_tasks(loop):
+                    task.cancel()
+                loop.run_until_complete(asyncio.sleep(0))
+                loop.close()
 
         self._start_thread(run, "tenure-asyncio")
         ready.wait()
