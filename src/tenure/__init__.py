@@ -27,9 +27,13 @@ def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, sc
     The job (and its NOTIFY) become visible only when that transaction commits, so a job can
     never refer to a business change that rolled back (transactional outbox, R17).
     """
-    return Repository(conn, schema).enqueue(task, payload, queue=queue, idempotency_key=idempotency_key,
-                                            delay=delay, max_attempts=max_attempts,
-                                            correlation_id=correlation_id)
+    result = Repository(conn, schema).enqueue(task, payload, queue=queue, idempotency_key=idempotency_key,
+                                              delay=delay, max_attempts=max_attempts,
+                                              correlation_id=correlation_id)
+    if idempotency_key is not None:
+        from tenure.observability.producer_metrics import count_enqueue_dedup
+        count_enqueue_dedup(queue, task, hit=not result.created)
+    return result
 
 
 __all__ = ["AmbiguousError", "App", "ConfigError", "EnqueueResult", "InvalidPayload", "JobContext",

@@ -21,6 +21,7 @@ import psycopg
 from tenure.core.backoff import BASE_DELAY_DEFAULT, MAX_ATTEMPTS_DEFAULT, MAX_DELAY_DEFAULT, RetryPolicy
 from tenure.core.db import connect, resolve_dsn, resolve_schema
 from tenure.core.errors import ConfigError, SchemaTooNewError
+from tenure.core.redaction import MASK_KEYS_DEFAULT, MAX_ERROR_CHARS_DEFAULT, Redaction
 from tenure.core.repository import JobSpec, Repository, iter_batches
 from tenure.observability import logs
 from tenure.reaper import reaper as reaper_mod
@@ -144,7 +145,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                                          max_lease_total=args.max_lease_total,
                                          max_effect_hold=args.max_effect_hold),
         poll_interval=args.poll_interval, drain_timeout=args.drain_timeout, burst=args.burst,
-        reaper_interval=args.reaper_interval, reaper=_reaper_config(args, interval=1.0))
+        reaper_interval=args.reaper_interval, reaper=_reaper_config(args, interval=1.0),
+        redaction=Redaction(mask_keys=tuple(k.strip() for k in args.redact_keys.split(",") if k.strip()),
+                            max_error_chars=args.max_error_chars))
     config.validate()
     worker = rt_mod.Worker(app, config, dsn=args.dsn, schema=args.schema, registry=REGISTRY)
     if args.metrics_port is not None:
@@ -352,6 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reaper-interval", type=duration, default=rt_mod.REAPER_INTERVAL_DEFAULT,
                    help="run an in-process reaper every S seconds (0: leave it to `tenure reaper`)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument("--redact-keys", default=",".join(MASK_KEYS_DEFAULT),
+                   help="payload keys masked in dead-lettered jobs (comma-separated)")
+    p.add_argument("--max-error-chars", type=positive_int, default=MAX_ERROR_CHARS_DEFAULT,
+                   help="error texts kept in the DLQ are truncated to this length")
     p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics, /healthz, /readyz")
     _add_reaper_options(p)
     p.set_defaults(func=cmd_worker)

@@ -221,3 +221,14 @@ def test_queue_stats_reports_lease_health(repo: Repository) -> None:
     assert s.oldest_running_age_seconds >= 0.3 and s.heartbeat_lag_max_seconds >= 0.3
     assert repo.queue_stats("other") == []
     assert jobs
+
+
+def test_outbox_enqueue_counts_dedup_checks_and_hits(dsn: str, schema: str) -> None:
+    from prometheus_client import REGISTRY
+    labels = {"queue": "default", "task": "dedup_probe", "source": "enqueue"}
+    before = REGISTRY.get_sample_value("tenure_dedup_hits_total", labels) or 0.0
+    with connect(dsn) as conn:
+        for _ in range(3):
+            tenure.enqueue(conn, "dedup_probe", {}, schema=schema, idempotency_key="probe:1:v1")
+    assert REGISTRY.get_sample_value("tenure_dedup_checks_total", labels) >= 3
+    assert REGISTRY.get_sample_value("tenure_dedup_hits_total", labels) == before + 2
