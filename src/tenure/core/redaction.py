@@ -35,7 +35,7 @@ class Redaction:
         return walk(value)
 
     def error_text(self, text: str) -> str:
-        cleaned = _SECRETISH.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+        cleaned = _SECRETISH.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text).replace("\x00", "\\0")
         if len(cleaned) > self.max_error_chars:
             cleaned = cleaned[: self.max_error_chars - 15] + "… [truncated]"
         return cleaned

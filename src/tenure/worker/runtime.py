@@ -124,17 +124,28 @@ class Wakeup:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
+        self._pending = False
 
     def set(self) -> None:
+        # Skip the syscall while a wake-up is already pending (a drain finishes thousands of
+        # jobs a second, each calling set); a plain bool store keeps this signal-safe.
+        if self._pending:
+            return
+        self._pending = True
         try:
             os.write(self._w, b"x")
         except BlockingIOError:
             pass  # already pending
 
     def wait(self, timeout: float) -> None:
-        select.select([self._r], [], [], timeout)
+        readable, _, _ = select.select([self._r], [], [], timeout)
+        if readable:
+            self._pending = True  # a byte is there (even one written after a racing clear): drain it next
 
     def clear(self) -> None:
+        if not self._pending:
+            return
+        self._pending = False
         try:
             while os.read(self._r, 4096):
                 pass
@@ -299,43 +310,45 @@ class Worker:
                 time.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_DEFAULT)
 
-    def _ensure(self, conn: Connection, role: str) -> Connection:
-        return conn if not conn.closed and not conn.broken else self._connect_retrying(role)
-
     # -- claiming -----------------------------------------------------------------------------
     def _claim_loop(self, conn: Connection, repo: Repository) -> Repository:
         cfg = self.config
         while not self._stop_signalled:
+            # Clear before looking: a wake-up that lands after this line is kept for the wait.
+            self._wakeup.clear()
             with self._lock:
                 free = cfg.concurrency - self.state.in_flight
             claimed: list[ClaimedJob] = []
             want = min(free, cfg.claim_batch)
-            if want > 0:
-                self._wakeup.clear()
-                try:
+            try:
+                if want > 0:
                     claimed = repo.claim(self.worker_id, cfg.queues, want, cfg.heartbeat.lease)
-                except psycopg.OperationalError as exc:
-                    log.warning("claim failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
-                    conn.close()
-                    time.sleep(min(cfg.poll_interval, 1.0))
-                    conn = self._connect_retrying("claim")
-                    repo = Repository(conn, self.schema)
-                    continue
-                for job in claimed:
-                    self._dispatch(job)
-                if len(claimed) == want:
-                    continue
-            if cfg.burst and not claimed:
-                with self._lock:
-                    busy = self.state.in_flight > 0 or self._pending_acks > 0
-                if not busy:
-                    stats = repo.queue_stats()
-                    if not any(s.ready or s.running or s.scheduled for s in stats if s.queue in cfg.queues):
-                        break
+                    for job in claimed:
+                        self._dispatch(job)
+                    if len(claimed) == want:
+                        continue
+                if cfg.burst and not claimed and self._burst_done(repo):
+                    break
+            except psycopg.Error as exc:
+                # Never crash-loop on a database hiccup: reconnect and carry on. Jobs a lost
+                # claim may have taken are recovered by lease expiry.
+                log.warning("claim loop: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                conn.close()
+                time.sleep(min(cfg.poll_interval, 1.0))
+                conn = self._connect_retrying("claim")
+                repo = Repository(conn, self.schema)
+                continue
             self._wakeup.wait(cfg.poll_interval)
         self.state.stop_requested.set()
         log.info("stop requested: draining (up to %gs)", cfg.drain_timeout)
         return repo
+
+    def _burst_done(self, repo: Repository) -> bool:
+        with self._lock:
+            if self.state.in_flight > 0 or self._pending_acks > 0:
+                return False
+        stats = repo.queue_stats()
+        return not any(s.ready or s.running or s.scheduled for s in stats if s.queue in self.config.queues)
 
     def _dispatch(self, job: ClaimedJob) -> None:
         ctx = JobContext(job=job, worker_id=self.worker_id, lease_seconds=self.config.heartbeat.lease,
@@ -486,8 +499,26 @@ class Worker:
                         conn.close()
                     conn = None
                     time.sleep(0.5)
+                except psycopg.Error as exc:
+                    # A row the database refuses must not block the others: write one by one,
+                    # and give up on the one that fails (its lease expires; the reaper recovers it).
+                    log.warning("acknowledgement batch refused, writing one by one: %s", exc)
+                    for outcome in batch:
+                        self._ack_single(conn, outcome)
+                    batch = []
         if conn is not None:
             conn.close()
+
+    def _ack_single(self, conn: Connection | None, outcome: _Outcome) -> None:
+        try:
+            assert conn is not None
+            self._write_outcomes(Repository(conn, self.schema), [outcome])
+        except psycopg.Error as exc:
+            log.error("could not record the outcome (%s) of job %s; its lease will expire: %s",
+                      outcome.kind, outcome.ctx.job.id, exc, extra=outcome.ctx.log_extra)
+            with self._lock:
+                self._pending_acks -= 1
+                self._idle.notify_all()
 
     def _write_outcomes(self, repo: Repository, batch: list[_Outcome]) -> None:
         completes = [o for o in batch if o.kind == "complete"]
