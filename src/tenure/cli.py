@@ -131,6 +131,15 @@ def _reaper_config(args: argparse.Namespace, interval: float | None = None) -> r
         retry=RetryPolicy(base_delay=args.backoff_base, max_delay=args.backoff_max))
 
 
+def _queue_retry_policy(args: argparse.Namespace) -> RetryPolicy | None:
+    """The queue's policy from --retry-max-attempts and --backoff-base/--backoff-max when the
+    attempt cap is given (flag or TENURE_RETRY_MAX_ATTEMPTS, which the operator sets)."""
+    if args.retry_max_attempts is None:
+        return None
+    return RetryPolicy(base_delay=args.backoff_base, max_delay=args.backoff_max,
+                       max_attempts=args.retry_max_attempts)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from prometheus_client import REGISTRY
 
@@ -146,6 +155,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                                          max_effect_hold=args.max_effect_hold),
         poll_interval=args.poll_interval, drain_timeout=args.drain_timeout, burst=args.burst,
         reaper_interval=args.reaper_interval, reaper=_reaper_config(args, interval=1.0),
+        retry=_queue_retry_policy(args),
         redaction=Redaction(mask_keys=tuple(k.strip() for k in args.redact_keys.split(",") if k.strip()),
                             max_error_chars=args.max_error_chars))
     config.validate()
@@ -313,8 +323,12 @@ def _add_reaper_options(p: argparse.ArgumentParser) -> None:
                    help="extra seconds when the registry still sees the owner alive")
     p.add_argument("--max-lease-expiries", type=positive_int, default=reaper_mod.MAX_LEASE_EXPIRIES_DEFAULT,
                    help="lease expiries before a job is dead-lettered with lease_expired")
-    p.add_argument("--backoff-base", type=duration, default=BASE_DELAY_DEFAULT)
-    p.add_argument("--backoff-max", type=duration, default=MAX_DELAY_DEFAULT)
+    p.add_argument("--backoff-base", type=duration,
+                   default=float(os.environ.get("TENURE_RETRY_BASE_DELAY", BASE_DELAY_DEFAULT)),
+                   help="full-jitter backoff base in seconds (default $TENURE_RETRY_BASE_DELAY or %(default)s)")
+    p.add_argument("--backoff-max", type=duration,
+                   default=float(os.environ.get("TENURE_RETRY_MAX_DELAY", MAX_DELAY_DEFAULT)),
+                   help="full-jitter backoff cap in seconds (default $TENURE_RETRY_MAX_DELAY or %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,6 +369,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reaper-interval", type=duration, default=rt_mod.REAPER_INTERVAL_DEFAULT,
                    help="run an in-process reaper every S seconds (0: leave it to `tenure reaper`)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument("--retry-max-attempts", type=positive_int,
+                   default=int(os.environ["TENURE_RETRY_MAX_ATTEMPTS"]) if os.environ.get("TENURE_RETRY_MAX_ATTEMPTS")
+                   else None,
+                   help="queue retry policy: attempts cap, with --backoff-base/--backoff-max "
+                        "(tasks' own settings win)")
     p.add_argument("--redact-keys", default=",".join(MASK_KEYS_DEFAULT),
                    help="payload keys masked in dead-lettered jobs (comma-separated)")
     p.add_argument("--max-error-chars", type=positive_int, default=MAX_ERROR_CHARS_DEFAULT,

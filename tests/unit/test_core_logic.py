@@ -148,3 +148,20 @@ def test_app_registry_and_loading() -> None:
     assert load_app("tenure.demo.tasks:app").get("send_invoice_email") is not None
     with pytest.raises(ConfigError, match="not a tenure.App"):
         load_app("tenure.demo.tasks:send_invoice_email")
+
+
+def test_queue_retry_policy_applies_unless_the_task_overrides() -> None:
+    app = App(retry=RetryPolicy(base_delay=1, max_delay=10, max_attempts=5))
+
+    @app.task("plain")
+    def plain(ctx: object) -> None:
+        return None
+
+    @app.task("own", max_attempts=9)
+    def own(ctx: object) -> None:
+        return None
+
+    queue = RetryPolicy(base_delay=2, max_delay=20, max_attempts=3)
+    assert app.tasks["plain"].retry_policy(None).max_attempts == 5
+    assert app.tasks["plain"].retry_policy(queue) == queue
+    assert app.tasks["own"].retry_policy(queue) == RetryPolicy(base_delay=2, max_delay=20, max_attempts=9)

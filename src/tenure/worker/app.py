@@ -24,9 +24,21 @@ class Task:
     is_async: bool
     queue: str
     retry: RetryPolicy
+    """The app's policy with this task's own overrides applied."""
     validate: Validator | None = None
     payload_version: int = 1
     error_mappers: tuple[ExceptionMapper, ...] = ()
+    overrides: tuple[tuple[str, float], ...] = ()
+    """Retry fields the task set itself; they win over a queue policy given to the worker."""
+
+    def retry_policy(self, queue_policy: RetryPolicy | None) -> RetryPolicy:
+        """The effective policy: task overrides, else the worker's queue policy, else the app's."""
+        if queue_policy is None:
+            return self.retry
+        own = dict(self.overrides)
+        return RetryPolicy(base_delay=own.get("base_delay", queue_policy.base_delay),
+                           max_delay=own.get("max_delay", queue_policy.max_delay),
+                           max_attempts=int(own.get("max_attempts", queue_policy.max_attempts)))
 
     def check_payload(self, payload: Any) -> str | None:
         """None when the payload is valid, else the reason (used by the worker and DLQ replay)."""
@@ -68,7 +80,9 @@ class App:
             self.tasks[task_name] = Task(
                 name=task_name, fn=fn, is_async=inspect.iscoroutinefunction(fn),
                 queue=queue or self.default_queue, retry=policy, validate=validate,
-                payload_version=payload_version, error_mappers=error_mappers + self.error_mappers)
+                payload_version=payload_version, error_mappers=error_mappers + self.error_mappers,
+                overrides=tuple((k, float(v)) for k, v in (("base_delay", base_delay), ("max_delay", max_delay),
+                                                           ("max_attempts", max_attempts)) if v is not None))
             return fn
 
         return register

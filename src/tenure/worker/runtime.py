@@ -33,7 +33,7 @@ import psycopg
 from prometheus_client import CollectorRegistry
 
 from tenure import __version__
-from tenure.core.backoff import full_jitter_delay
+from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import Connection, connect
 from tenure.core.errors import (AmbiguousError, ConfigError, JobFailure, LeaseLost, PermanentError,
                                 classify_exception)
@@ -55,6 +55,8 @@ DRAIN_TIMEOUT_DEFAULT = 30.0
 REAPER_INTERVAL_DEFAULT = 0.0
 MAX_ABANDONED_DEFAULT = 0
 RECONNECT_MAX_DEFAULT = 5.0
+CLAIM_COALESCE_SECONDS = 0.002
+"""Pause once before claiming fewer than half a batch while handlers run (one statement, many slots)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class WorkerConfig:
     """Sync handler threads that outlived their lease before /healthz fails (0: concurrency)."""
     redaction: Redaction = Redaction()
     """What is masked in dead-lettered payloads and error texts."""
+    retry: RetryPolicy | None = None
+    """The queue's retry policy (e.g. from a JobQueue spec); tasks' own overrides still win."""
 
     def validate(self) -> None:
         if not self.queues:
@@ -99,10 +103,25 @@ class WorkerConfig:
             raise ConfigError("reaper interval must be >= 0")
         self.heartbeat.validate()
         self.reaper.validate()
+        if self.retry is not None:
+            self.retry.validate()
         if self.reaper.grace < self.heartbeat.interval:
             raise ConfigError(
                 f"grace {self.reaper.grace:g}s must cover at least one heartbeat interval "
                 f"({self.heartbeat.interval:g}s)")
+
+
+@dataclass(frozen=True)
+class _TaskMetrics:
+    """Metric children of one (queue, task), cached by :meth:`Worker._tm`."""
+
+    claimed: Any
+    completed: Any
+    wait: Any
+    attempts: Any
+    in_flight: Any
+    claim_to_start: Any
+    runtime: Any
 
 
 @dataclass
@@ -151,6 +170,12 @@ class Wakeup:
                 pass
         except BlockingIOError:
             pass
+        if self._pending:
+            # A set() raced with the drain above and its byte may be gone: re-arm it.
+            try:
+                os.write(self._w, b"x")
+            except BlockingIOError:
+                pass
 
     def close(self) -> None:
         os.close(self._r)
@@ -192,6 +217,7 @@ class Worker:
         self._acks: queue.SimpleQueue[_Outcome | None] = queue.SimpleQueue()
         self._pending_acks = 0
         self._futures: dict[int, Future[Any]] = {}
+        self._task_metrics: dict[tuple[str, str], _TaskMetrics] = {}
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency * 2 + 1, thread_name_prefix="tenure-job")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handler_conns: queue.SimpleQueue[Connection] = queue.SimpleQueue()
@@ -313,6 +339,8 @@ class Worker:
     # -- claiming -----------------------------------------------------------------------------
     def _claim_loop(self, conn: Connection, repo: Repository) -> Repository:
         cfg = self.config
+        coalesce_below = min(cfg.claim_batch, cfg.concurrency) // 2
+        coalesced = False
         while not self._stop_signalled:
             # Clear before looking: a wake-up that lands after this line is kept for the wait.
             self._wakeup.clear()
@@ -320,11 +348,19 @@ class Worker:
                 free = cfg.concurrency - self.state.in_flight
             claimed: list[ClaimedJob] = []
             want = min(free, cfg.claim_batch)
+            if 0 < want < coalesce_below and free < cfg.concurrency and not coalesced:
+                # Only a few slots are free while others run: wait a moment once, so one claim
+                # statement fills many slots instead of one statement per finished job.
+                coalesced = True
+                time.sleep(CLAIM_COALESCE_SECONDS)
+                continue
+            coalesced = False
             try:
                 if want > 0:
                     claimed = repo.claim(self.worker_id, cfg.queues, want, cfg.heartbeat.lease)
-                    for job in claimed:
-                        self._dispatch(job)
+                    spawn = [a for job in claimed if (a := self._dispatch(job)) is not None]
+                    if spawn:
+                        self._spawn_async(spawn)
                     if len(claimed) == want:
                         continue
                 if cfg.burst and not claimed and self._burst_done(repo):
@@ -350,27 +386,57 @@ class Worker:
         stats = repo.queue_stats()
         return not any(s.ready or s.running or s.scheduled for s in stats if s.queue in self.config.queues)
 
-    def _dispatch(self, job: ClaimedJob) -> None:
+    def _dispatch(self, job: ClaimedJob) -> tuple[Task, JobContext] | None:
+        """Register a claimed job and start a sync handler; an async one is returned for
+        :meth:`_spawn_async`, which starts a whole claim batch with one cross-thread call."""
         ctx = JobContext(job=job, worker_id=self.worker_id, lease_seconds=self.config.heartbeat.lease,
                          _repo=self._borrow_repo, _on_stale=self._count_stale,
                          _heartbeat_now=self.heartbeater.beat_now)
         labels = (job.queue, job.task)
         ctx._dedup_hook = lambda hit: self._count_dedup(labels, "effect", hit)
         ctx._effect_hook = self._effect_open_close
-        self.metrics.claimed.labels(*labels).inc()
-        self.metrics.wait.labels(*labels).observe(job.wait_seconds)
-        self.metrics.attempts.labels(*labels).observe(job.attempt)
+        tm = self._tm(labels)
+        tm.claimed.inc()
+        tm.wait.observe(job.wait_seconds)
+        tm.attempts.observe(job.attempt)
         with self._lock:
             self.state.in_flight += 1
             self.held[job.id] = ctx
-        self.metrics.in_flight.labels(*labels).inc()
+        tm.in_flight.inc()
         task = self.app.get(job.task)
         if task is not None and task.is_async and self._loop is not None:
-            fut = asyncio.run_coroutine_threadsafe(self._run_async(task, ctx), self._loop)
-            ctx._on_lost.append(lambda: None if fut.cancel() else None)
-        else:
-            fut = self._pool.submit(self._run_sync, task, ctx)
-        self._futures[job.id] = fut
+            return task, ctx
+        self._futures[job.id] = self._pool.submit(self._run_sync, task, ctx)
+        return None
+
+    def _spawn_async(self, batch: list[tuple[Task, JobContext]]) -> None:
+        loop = self._loop
+        assert loop is not None
+
+        def spawn() -> None:
+            for task, ctx in batch:
+                handle = loop.create_task(self._run_async(task, ctx))
+
+                def cancel(handle: asyncio.Task[None] = handle) -> None:
+                    loop.call_soon_threadsafe(handle.cancel)
+
+                ctx._on_lost.append(cancel)
+                if ctx.lease_lost.is_set():
+                    handle.cancel()
+
+        loop.call_soon_threadsafe(spawn)
+
+    def _tm(self, labels: tuple[str, str]) -> _TaskMetrics:
+        """The per-(queue, task) metric children, resolved once: ``labels()`` costs a lock and a
+        dict build per call, and the hot path makes several per job."""
+        tm = self._task_metrics.get(labels)
+        if tm is None:
+            m = self.metrics
+            tm = _TaskMetrics(m.claimed.labels(*labels), m.completed.labels(*labels), m.wait.labels(*labels),
+                              m.attempts.labels(*labels), m.in_flight.labels(*labels),
+                              m.claim_to_start.labels(*labels), m.runtime.labels(*labels))
+            self._task_metrics[labels] = tm
+        return tm
 
     # -- running handlers ---------------------------------------------------------------------
     def _preflight(self, task: Task | None, ctx: JobContext) -> _Outcome | None:
@@ -388,7 +454,7 @@ class Worker:
         outcome = self._preflight(task, ctx)
         if outcome is None:
             assert task is not None
-            self.metrics.claim_to_start.labels(ctx.job.queue, ctx.job.task).observe(started - ctx.claimed_at)
+            self._tm((ctx.job.queue, ctx.job.task)).claim_to_start.observe(started - ctx.claimed_at)
             try:
                 task.fn(ctx)
                 outcome = _Outcome(ctx, "complete")
@@ -400,7 +466,7 @@ class Worker:
         started = time.monotonic()
         outcome = self._preflight(task, ctx)
         if outcome is None:
-            self.metrics.claim_to_start.labels(ctx.job.queue, ctx.job.task).observe(started - ctx.claimed_at)
+            self._tm((ctx.job.queue, ctx.job.task)).claim_to_start.observe(started - ctx.claimed_at)
             try:
                 await task.fn(ctx)
                 outcome = _Outcome(ctx, "complete")
@@ -427,20 +493,22 @@ class Worker:
             return _Outcome(ctx, "dead", error=text, error_code="ambiguous_unguarded")
         if isinstance(failure, PermanentError):
             return _Outcome(ctx, "dead", error=text, error_code=code)
-        if job.attempt >= min(job.max_attempts, task.retry.max_attempts):
+        policy = task.retry_policy(self.config.retry)
+        if job.attempt >= min(job.max_attempts, policy.max_attempts):
             return _Outcome(ctx, "dead", error=f"attempts exhausted ({job.attempt}): {text}", error_code=code)
         retry_after = getattr(failure, "retry_after", None)
-        delay = retry_after if retry_after is not None else full_jitter_delay(job.attempt, task.retry, self._rng)
+        delay = retry_after if retry_after is not None else full_jitter_delay(job.attempt, policy, self._rng)
         return _Outcome(ctx, "retry", delay=delay, error=text, error_code=code)
 
     def _finish(self, ctx: JobContext, outcome: _Outcome, started: float) -> None:
         labels = (ctx.job.queue, ctx.job.task)
-        self.metrics.runtime.labels(*labels).observe(time.monotonic() - started)
+        tm = self._tm(labels)
+        tm.runtime.observe(time.monotonic() - started)
         with self._lock:
             if self.held.get(ctx.job.id) is ctx:
                 del self.held[ctx.job.id]
                 self.state.in_flight -= 1
-                self.metrics.in_flight.labels(*labels).dec()
+                tm.in_flight.dec()
             # else: the slot was already freed when its lease was lost
             self._futures.pop(ctx.job.id, None)
             self._abandoned_ids.discard(ctx.job.id)
@@ -527,7 +595,7 @@ class Worker:
             for o in completes:
                 labels = (o.ctx.job.queue, o.ctx.job.task)
                 if accepted.get(o.ctx.job.id):
-                    self.metrics.completed.labels(*labels).inc()
+                    self._tm(labels).completed.inc()
                 else:
                     self.metrics.stale_writes.labels(*labels, "complete").inc()
                     log.warning("completion rejected: lease had moved", extra=o.ctx.log_extra)
