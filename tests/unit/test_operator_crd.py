@@ -177,3 +177,21 @@ def test_name_length_rule_fits_the_longest_child_name() -> None:
     assert len(rc.reaper_name(longest)) <= 52  # CronJob name limit
     for fn in (rc.worker_name, rc.service_name, rc.pdb_name, rc.service_monitor_name):
         assert len(fn(longest)) <= 63
+
+
+def test_object_defaults_carry_every_field_their_rules_read() -> None:
+    """The API server evaluates a node's CEL rules on its ``default`` as written (nested
+    defaults not applied): ``default: {}`` under ``self.minReplicas <= ...`` voids the CRD."""
+
+    def walk(node: dict[str, Any], path: str) -> int:
+        checked = 0
+        if isinstance(node.get("default"), dict) and node.get("x-kubernetes-validations"):
+            for rule in node["x-kubernetes-validations"]:
+                for field in re.findall(r"self\.(\w+)", rule["rule"]):
+                    assert field in node["default"], (path, rule["rule"])
+                    checked += 1
+        for key, sub in node.get("properties", {}).items():
+            checked += walk(sub, f"{path}.{key}")
+        return checked
+
+    assert walk(_version()["schema"]["openAPIV3Schema"], "") >= 4

@@ -314,3 +314,20 @@ def test_children_names_match_the_builders() -> None:
     assert ("CronJob", rc.reaper_name("mail")) in names
     assert ("Service", rc.service_name("mail")) in names
     assert ("PodDisruptionBudget", rc.pdb_name("mail")) in names
+
+
+def test_register_wires_login_timer_and_change_handlers() -> None:
+    """A private kopf registry gets no default login handler: ours must be there, or the
+    operator cannot authenticate at all. (Reads kopf's registry internals.)"""
+    import kopf
+
+    registry = kopf.OperatorRegistry()
+    h.register(registry, h.OperatorConfig(interval_seconds=7), lambda: FakeKube())
+    activities = {a.activity.value for a in registry._activities.get_all_handlers()}
+    assert {"authentication", "startup", "probe"} <= activities
+    (timer,) = registry._spawning.get_all_handlers()
+    assert timer.interval == 7
+    assert timer.selector.group == "tenure.dev"
+    reasons = {c.reason for c in registry._changing.get_all_handlers()}
+    assert {kopf.Reason.CREATE, kopf.Reason.UPDATE} <= reasons
+    assert any(c.initial for c in registry._changing.get_all_handlers())  # resume

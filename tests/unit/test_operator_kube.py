@@ -122,6 +122,11 @@ def test_get_delete_and_missing_objects(client: KubeClient) -> None:
     assert client.get("apps/v1", "Deployment", "ns", "q-worker") == DEP
     assert client.delete("apps/v1", "Deployment", "ns", "q-worker") is True
     assert client.delete("apps/v1", "Deployment", "ns", "q-worker") is False
+    delete = Stub.requests[-1]
+    assert delete["method"] == "DELETE"
+    assert delete["content_type"] == "application/json"
+    # A JSON object, not a JSON-encoded string of one (the API server refuses the latter).
+    assert delete["body"] == {"propagationPolicy": "Background"}
 
 
 def test_server_errors_surface_with_status_and_message(client: KubeClient) -> None:

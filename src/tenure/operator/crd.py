@@ -71,8 +71,30 @@ def _quantity() -> dict[str, Any]:
     }
 
 
+def _fill_object_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """Give each defaulted sub-object the full default of its fields instead of ``{}``.
+
+    The API server checks a ``default`` against the CEL rules of its node *without* applying
+    the nested defaults first, so ``default: {}`` under a rule reading ``self.minReplicas``
+    makes the whole CRD invalid ("no such key").
+    """
+    for sub in schema.get("properties", {}).values():
+        _fill_object_defaults(sub)
+        if sub.get("type") == "object" and sub.get("default") == {}:
+            sub["default"] = {
+                key: field["default"]
+                for key, field in sub.get("properties", {}).items()
+                if "default" in field
+            }
+    return schema
+
+
 def spec_schema() -> dict[str, Any]:
     """OpenAPI v3 schema of ``spec`` (structural, with defaults and CEL rules)."""
+    return _fill_object_defaults(_spec_schema())
+
+
+def _spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "description": "Desired state of one queue's workers and reaper.",
@@ -178,7 +200,10 @@ def spec_schema() -> dict[str, Any]:
             ),
             "retry": {
                 "type": "object",
-                "description": "Retry policy (full-jitter exponential backoff, then DLQ).",
+                "description": "Retry policy: baseDelaySeconds/maxDelaySeconds bound the requeue "
+                "backoff of recovered jobs (--backoff-base/--backoff-max of the worker and the "
+                "reaper); all three are also exported to the pods as TENURE_RETRY_MAX_ATTEMPTS, "
+                "TENURE_RETRY_BASE_DELAY and TENURE_RETRY_MAX_DELAY.",
                 "default": {},
                 "x-kubernetes-validations": [
                     {
@@ -391,6 +416,7 @@ def status_schema() -> dict[str, Any]:
             "scheduled": count("Jobs waiting for a future available_at."),
             "running": count("Jobs claimed by a worker."),
             "runningExpired": count("Running jobs whose lease has expired."),
+            "completed": count("Completed jobs still stored (until pruned)."),
             "failed": count("Dead-letter queue depth."),
             "liveWorkers": count("Workers seen within their liveness window."),
             "oldestReadyAgeSeconds": seconds("Age of the oldest ready job."),

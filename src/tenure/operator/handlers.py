@@ -14,6 +14,10 @@ a restart (or two passes racing) converges on the same objects: fixed names, no 
 On a missing Secret/key or an unreachable database the JobQueue gets ``Degraded=True`` with
 the reason, replicas stay as they are (never zero on missing data), and the handler raises
 ``kopf.TemporaryError`` with an exponential delay.
+
+Limits: kopf keeps a finalizer on every JobQueue while its timer runs, so a JobQueue deleted
+while no operator runs stays until one starts (or the finalizer is removed by hand). Events
+are only ours (one per scale decision, one per failure reason), not kopf's per-pass logs.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class QueueFigures:
     scheduled: int = 0
     running: int = 0
     running_expired: int = 0
+    completed: int = 0
     failed: int = 0
     live_workers: int = 0
     oldest_ready_age_seconds: float = 0.0
@@ -144,6 +149,7 @@ def fetch_figures(
                 scheduled=row.scheduled,
                 running=row.running,
                 running_expired=row.running_expired,
+                completed=row.completed,
                 failed=row.failed,
                 live_workers=row.live_workers,
                 oldest_ready_age_seconds=float(row.oldest_ready_age_seconds),
@@ -332,6 +338,7 @@ def reconcile_jobqueue(
             scheduled=figures.scheduled,
             running=figures.running,
             runningExpired=figures.running_expired,
+            completed=figures.completed,
             failed=figures.failed,
             liveWorkers=figures.live_workers,
             oldestReadyAgeSeconds=round(figures.oldest_ready_age_seconds, 3),
@@ -401,8 +408,19 @@ def reconcile_jobqueue(
 # --------------------------------------------------------------------------- kopf wiring
 
 
-def register(registry: Any, config: OperatorConfig, kube_factory: Callable[[], Kube]) -> None:
-    """Register the JobQueue handlers on a ``kopf.OperatorRegistry``."""
+def register(
+    registry: Any,
+    config: OperatorConfig,
+    kube_factory: Callable[[], Kube],
+    *,
+    cluster_scanning: bool = True,
+) -> None:
+    """Register the JobQueue handlers on a ``kopf.OperatorRegistry``.
+
+    ``cluster_scanning``: let kopf watch CRDs and namespaces appear/disappear. Only for a
+    cluster-wide operator: a namespace-scoped one has no RBAC for those cluster-scoped lists,
+    and kopf would log (and the API server audit) refused requests.
+    """
     import kopf
 
     config.validate()
@@ -416,6 +434,8 @@ def register(registry: Any, config: OperatorConfig, kube_factory: Callable[[], K
     def fetch(dsn: str, schema: str, queue: str) -> QueueFigures:
         return fetch_figures(dsn, schema, queue, config.stats_connect_timeout_seconds)
 
+    announced: dict[str, str] = {}
+
     def run_pass(body: Any, patch: Any, retry: int, scale: bool) -> None:
         def adopt(child: dict[str, Any]) -> None:
             kopf.adopt(child, owner=body)
@@ -425,16 +445,28 @@ def register(registry: Any, config: OperatorConfig, kube_factory: Callable[[], K
         )
         for key, value in outcome.status.items():
             patch.status[key] = value
+        # The body a timer sees may predate its own last status patch: remember the failure
+        # reason already announced per object, so one outage gives one Warning Event.
+        uid = str(body.get("metadata", {}).get("uid", ""))
         for event in outcome.events:
-            if event.type == "Warning":
-                kopf.warn(body, reason=event.reason, message=event.message)
-            else:
-                kopf.info(body, reason=event.reason, message=event.message)
+            if event.type == "Warning" and announced.get(uid) == event.reason:
+                continue
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        if outcome.error_reason is not None:
+            announced[uid] = outcome.error_reason
+        elif scale:
+            announced.pop(uid, None)
         if outcome.error_reason is not None:
             message = f"{outcome.error_reason}: {outcome.error_message}"
             if outcome.permanent:
                 raise kopf.PermanentError(message)
             raise kopf.TemporaryError(message, delay=config.backoff(retry))
+
+    # A private registry does not get kopf's default login handlers: log in the same two ways
+    # the kubernetes client does (in-cluster ServiceAccount first, then $KUBECONFIG).
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> Any:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.startup(registry=registry)
     def _configure(settings: Any, **_: Any) -> None:
@@ -442,9 +474,12 @@ def register(registry: Any, config: OperatorConfig, kube_factory: Callable[[], K
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=s.GROUP, key="last-handled-configuration"
         )
-        settings.posting.level = logging.INFO
+        # Only our own Events (one per scale decision or failure transition): kopf would
+        # otherwise turn its per-pass log lines ("Timer succeeded", each retry) into Events.
+        settings.posting.level = logging.CRITICAL
         settings.watching.server_timeout = 300
         settings.execution.max_workers = 8
+        settings.scanning.disabled = not cluster_scanning
 
     @kopf.on.probe(id="jobqueue-operator", registry=registry)
     def _probe(**_: Any) -> str:

@@ -88,7 +88,7 @@ class KubeClient:
         method: str,
         path: str,
         *,
-        body: str | None = None,
+        body: str | dict[str, Any] | None = None,
         content_type: str | None = None,
         query: list[tuple[str, str]] | None = None,
     ) -> tuple[int, dict[str, Any]]:
@@ -122,6 +122,7 @@ class KubeClient:
         status, payload = self._request(
             "PATCH",
             path,
+            # A str: sent as is under the apply-patch content type (JSON is valid YAML).
             body=json.dumps(manifest),
             content_type="application/apply-patch+yaml",
             query=[("fieldManager", self._field_manager), ("force", "true")],
@@ -138,7 +139,8 @@ class KubeClient:
         status, _ = self._request(
             "DELETE",
             object_path(api_version, kind, namespace, name),
-            body=json.dumps({"propagationPolicy": "Background"}),
+            # A dict: the client JSON-encodes it (a str would be encoded twice for JSON).
+            body={"propagationPolicy": "Background"},
             content_type="application/json",
         )
         return status != 404

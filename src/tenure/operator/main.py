@@ -57,7 +57,7 @@ def run(
         return KubeClient(field_manager=config.field_manager)
 
     registry = kopf.OperatorRegistry()
-    register(registry, config, kube_factory)
+    register(registry, config, kube_factory, cluster_scanning=all_namespaces)
     log.info(
         "tenure operator starting: %s, interval %ss",
         "all namespaces" if all_namespaces else f"namespaces {selected}",

@@ -187,6 +187,17 @@ def worker_args(spec: s.JobQueueSpec) -> list[str]:
         str(spec.drain_timeout_seconds),
         "--metrics-port",
         str(spec.metrics_port),
+        *_backoff_args(spec),
+    ]
+
+
+def _backoff_args(spec: s.JobQueueSpec) -> list[str]:
+    """Requeue backoff bounds (spec.retry) for the reaping done by the worker and the CronJob."""
+    return [
+        "--backoff-base",
+        str(spec.retry.base_delay_seconds),
+        "--backoff-max",
+        str(spec.retry.max_delay_seconds),
     ]
 
 
@@ -198,6 +209,7 @@ def reaper_args(spec: s.JobQueueSpec) -> list[str]:
         str(spec.reaper.grace_seconds),
         "--batch",
         str(spec.reaper.batch_size),
+        *_backoff_args(spec),
     ]
 
 

@@ -1,0 +1,98 @@
+{{/* Chart name. */}}
+{{- define "tenure.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name (release-scoped). */}}
+{{- define "tenure.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tenure.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tenure.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tenure.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "tenure.labels" -}}
+helm.sh/chart: {{ include "tenure.chart" . }}
+{{ include "tenure.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tenure
+{{- end }}
+
+{{- define "tenure.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tenure.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "tenure.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Namespaces the operator watches when rbac.scope=namespace. */}}
+{{- define "tenure.watchNamespaces" -}}
+{{- if .Values.rbac.namespaces }}
+{{- join "," .Values.rbac.namespaces }}
+{{- else }}
+{{- .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator's permissions, written once and used by the ClusterRole or by each Role.
+Every rule is a call in src/tenure/operator (kube.py / handlers.py) or in kopf itself:
+- jobqueues list/watch: kopf's watch stream; patch: kopf's annotations (progress, diff base).
+- jobqueues/status patch: status figures and conditions.
+- deployments get: current replicas; deployments/cronjobs/services/poddisruptionbudgets/
+  servicemonitors create+patch: server-side apply of the children.
+- servicemonitors delete: metrics.serviceMonitor switched off.
+- secrets get: the DSN for reading queue stats.
+- events create: kopf.info/warn on scale decisions and failures.
+*/}}
+{{- define "tenure.rbacRules" -}}
+- apiGroups: ["tenure.dev"]
+  resources: ["jobqueues"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["tenure.dev"]
+  resources: ["jobqueues/status"]
+  verbs: ["patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["batch"]
+  resources: ["cronjobs"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "patch"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["create", "patch"]
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["servicemonitors"]
+  verbs: ["create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
