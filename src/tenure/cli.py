@@ -216,7 +216,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     from tenure.observability.exporter import QueueCollector
     from tenure.observability.http import serve
 
-    collector = QueueCollector(args.dsn, args.schema, min_interval=args.interval)
+    collector = QueueCollector(args.dsn, args.schema, min_interval=args.interval,
+                               completed_interval=args.completed_interval)
     REGISTRY.register(collector)
     server = serve(args.port, REGISTRY, healthz=lambda: (True, "ok"),
                    readyz=lambda: (collector.read() is not None, "database"))
@@ -393,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("exporter", help="serve queue-level metrics from SQL")
     p.add_argument("--port", type=int, default=9464)
     p.add_argument("--interval", type=duration, default=5.0, help="cache stats this long between scrapes")
+    p.add_argument("--completed-interval", type=duration, default=None,
+                   help="refresh the completed counts (an index scan) this often (default 60s)")
     p.set_defaults(func=cmd_exporter)
 
     p = sub.add_parser("stats", help="per-queue backlog and lease health")

@@ -232,3 +232,13 @@ def test_outbox_enqueue_counts_dedup_checks_and_hits(dsn: str, schema: str) -> N
             tenure.enqueue(conn, "dedup_probe", {}, schema=schema, idempotency_key="probe:1:v1")
     assert REGISTRY.get_sample_value("tenure_dedup_checks_total", labels) >= 3
     assert REGISTRY.get_sample_value("tenure_dedup_hits_total", labels) == before + 2
+
+
+def test_queue_stats_reports_queues_with_only_completed_jobs(repo: Repository) -> None:
+    repo.enqueue("t", queue="done_only")
+    [job] = repo.claim("w", ["done_only"], 1, 30)
+    repo.complete_many("w", [(job.id, job.lock_token)])
+    [s] = repo.queue_stats("done_only")
+    assert (s.queue, s.completed, s.ready, s.running) == ("done_only", 1, 0, 0)
+    assert repo.queue_stats("done_only", completed=False) == []
+    assert repo.queue_stats(completed={"done_only": 7})[0].completed == 7

@@ -26,11 +26,14 @@ class QueueStats:
     reaped_total: int
 
 
-def fetch_queue_stats(dsn: str, schema: str = "tenure",
-                      queue: str | None = None) -> list[QueueStats]:
-    """Open a short connection and read the stats (raises psycopg.OperationalError when down)."""
+def fetch_queue_stats(dsn: str, schema: str = "tenure", queue: str | None = None, *,
+                      completed: bool = False) -> list[QueueStats]:
+    """Open a short connection and read the stats (raises psycopg.OperationalError when down).
+
+    The completed count (a scan of its index) is skipped unless asked for: scaling needs none.
+    """
     from tenure.core.db import connect
     from tenure.core.repository import Repository
 
     with connect(dsn, application_name="tenure-stats") as conn:
-        return Repository(conn, schema).queue_stats(queue)
+        return Repository(conn, schema).queue_stats(queue, completed=completed)

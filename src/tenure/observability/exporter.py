@@ -23,13 +23,22 @@ from tenure.core.stats import QueueStats
 
 log = logging.getLogger("tenure.exporter")
 MIN_INTERVAL_DEFAULT = 5.0
+COMPLETED_INTERVAL_DEFAULT = 60.0
 
 
 class QueueCollector(Collector):
     """A Prometheus collector over ``queue_stats``."""
 
-    def __init__(self, dsn: str, schema: str, *, min_interval: float = MIN_INTERVAL_DEFAULT) -> None:
+    def __init__(self, dsn: str, schema: str, *, min_interval: float = MIN_INTERVAL_DEFAULT,
+                 completed_interval: float | None = None) -> None:
+        """``min_interval``: seconds a collection is reused; ``completed_interval``: seconds the
+        completed counts (the one part that scans an index of every completed job) are reused
+        (default: the larger of ``min_interval`` and 60 s)."""
         self.dsn, self.schema, self.min_interval = dsn, schema, min_interval
+        self.completed_interval = (max(min_interval, COMPLETED_INTERVAL_DEFAULT)
+                                   if completed_interval is None else completed_interval)
+        self._completed: dict[str, int] | None = None
+        self._completed_at = 0.0
         self._conn: Connection | None = None
         self._lock = threading.Lock()
         self._cached: list[QueueStats] | None = None
@@ -45,7 +54,10 @@ class QueueCollector(Collector):
             try:
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = connect(self.dsn, application_name="tenure-exporter")
-                stats = Repository(self._conn, self.schema).queue_stats()
+                repo = Repository(self._conn, self.schema)
+                if self._completed is None or now - self._completed_at >= self.completed_interval:
+                    self._completed, self._completed_at = repo.completed_counts(), now
+                stats = repo.queue_stats(completed=self._completed)
             except psycopg.Error as exc:
                 self.errors += 1
                 log.warning("queue stats failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
@@ -56,6 +68,12 @@ class QueueCollector(Collector):
                 return None
             self._cached, self._cached_at, self.last_success = stats, now, time.time()
             return stats
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats = self.read()

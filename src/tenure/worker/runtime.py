@@ -383,7 +383,7 @@ class Worker:
         with self._lock:
             if self.state.in_flight > 0 or self._pending_acks > 0:
                 return False
-        stats = repo.queue_stats()
+        stats = repo.queue_stats(completed=False)
         return not any(s.ready or s.running or s.scheduled for s in stats if s.queue in self.config.queues)
 
     def _dispatch(self, job: ClaimedJob) -> tuple[Task, JobContext] | None:

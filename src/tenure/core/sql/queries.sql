@@ -253,14 +253,15 @@ SELECT id, event, lock_token, worker_id, attempt, reason, detail, created_at
 FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
 
 -- name: queue_stats
--- Per-queue backlog and lease health, from partial indexes only (cheap at a million rows); same query for `tenure stats`, the exporter and the operator.
+-- Per-queue backlog and lease health from partial indexes only (cheap at a million rows), queue filter in every part; shared by `tenure stats`, the exporter and the operator.
 WITH pending AS (
     SELECT queue_name,
            count(*) FILTER (WHERE available_at <= now()) AS ready,
            count(*) FILTER (WHERE available_at > now()) AS scheduled,
            coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())), 0) AS oldest_ready_age,
            count(*) FILTER (WHERE attempt_count > 0) AS redelivered
-    FROM {schema}.jobs WHERE status = 'pending' GROUP BY queue_name
+    FROM {schema}.jobs WHERE status = 'pending' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    GROUP BY queue_name
 ), running AS (
     SELECT queue_name,
            count(*) AS running,
@@ -269,11 +270,11 @@ WITH pending AS (
            coalesce(extract(epoch FROM now() - min(last_heartbeat_at)), 0) AS lag_max,
            coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM now() - last_heartbeat_at)), 0) AS lag_p95,
            count(*) FILTER (WHERE attempt_count > 1) AS redelivered
-    FROM {schema}.jobs WHERE status = 'running' GROUP BY queue_name
+    FROM {schema}.jobs WHERE status = 'running' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    GROUP BY queue_name
 ), failed AS (
-    SELECT queue_name, count(*) AS failed FROM {schema}.jobs WHERE status = 'failed' GROUP BY queue_name
-), completed AS (
-    SELECT queue_name, count(*) AS completed FROM {schema}.jobs WHERE status = 'completed' GROUP BY queue_name
+    SELECT queue_name, count(*) AS failed FROM {schema}.jobs
+    WHERE status = 'failed' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text) GROUP BY queue_name
 ), live AS (
     SELECT q AS queue_name, count(*) AS live_workers
     FROM {schema}.workers, unnest(queues) AS q
@@ -281,18 +282,15 @@ WITH pending AS (
     GROUP BY q
 ), reaped AS (
     SELECT queue_name, count(*) AS reaped FROM {schema}.job_events
-    WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter') GROUP BY queue_name
+    WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
+      AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text) GROUP BY queue_name
 ), queues AS (
     SELECT queue_name FROM pending UNION SELECT queue_name FROM running
-    UNION SELECT queue_name FROM failed UNION SELECT queue_name FROM completed
-    UNION SELECT queue_name FROM live
+    UNION SELECT queue_name FROM failed UNION SELECT queue_name FROM live
 )
 SELECT q.queue_name AS queue,
-       coalesce(p.ready, 0)::bigint AS ready,
-       coalesce(p.scheduled, 0)::bigint AS scheduled,
-       coalesce(r.running, 0)::bigint AS running,
-       coalesce(r.running_expired, 0)::bigint AS running_expired,
-       coalesce(c.completed, 0)::bigint AS completed,
+       coalesce(p.ready, 0)::bigint AS ready, coalesce(p.scheduled, 0)::bigint AS scheduled,
+       coalesce(r.running, 0)::bigint AS running, coalesce(r.running_expired, 0)::bigint AS running_expired,
        coalesce(f.failed, 0)::bigint AS failed,
        coalesce(p.oldest_ready_age, 0)::float8 AS oldest_ready_age_seconds,
        coalesce(r.oldest_running_age, 0)::float8 AS oldest_running_age_seconds,
@@ -305,11 +303,17 @@ FROM queues q
 LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
 LEFT JOIN failed f USING (queue_name)
-LEFT JOIN completed c USING (queue_name)
 LEFT JOIN live l USING (queue_name)
 LEFT JOIN reaped rp USING (queue_name)
 WHERE %(queue)s::text IS NULL OR q.queue_name = %(queue)s::text
 ORDER BY q.queue_name;
+
+-- name: queue_completed_counts
+-- Completed jobs per queue: a scan of the completed partial index, so callers read it on a slower cadence than queue_stats.
+SELECT queue_name AS queue, count(*)::bigint AS completed
+FROM {schema}.jobs
+WHERE status = 'completed' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+GROUP BY queue_name ORDER BY queue_name;
 
 -- name: worker_register
 -- Add this process to the worker registry (R9).

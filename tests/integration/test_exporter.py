@@ -1,0 +1,240 @@
+"""The SQL exporter (queue-level metrics) against a real PostgreSQL, scraped over HTTP.
+
+The collector's output must equal ``repo.queue_stats()`` (the same query `tenure stats` runs),
+and the endpoint must keep answering, with the error counter rising, while the database is
+unreachable. Unreachability is real: the exporter talks to PostgreSQL through a TCP relay that
+the test cuts.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import suppress
+from http.server import ThreadingHTTPServer
+
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from tenure.core.backoff import RetryPolicy
+from tenure.core.repository import Repository
+from tenure.core.stats import QueueStats
+from tenure.observability.exporter import QueueCollector
+from tenure.observability.http import serve
+from tenure.reaper.reaper import Reaper, ReaperConfig
+
+pytestmark = pytest.mark.integration
+
+AGE_FIELDS = ("oldest_ready_age_seconds", "oldest_running_age_seconds", "heartbeat_lag_max_seconds",
+              "heartbeat_lag_p95_seconds")
+GAUGES = {
+    "running_expired": "tenure_queue_running_expired_leases",
+    "oldest_ready_age_seconds": "tenure_queue_oldest_ready_age_seconds",
+    "oldest_running_age_seconds": "tenure_queue_oldest_running_age_seconds",
+    "heartbeat_lag_max_seconds": "tenure_queue_heartbeat_lag_max_seconds",
+    "heartbeat_lag_p95_seconds": "tenure_queue_heartbeat_lag_p95_seconds",
+    "failed": "tenure_queue_dead_letter_jobs",
+    "redelivered": "tenure_queue_redelivered_jobs",
+    "live_workers": "tenure_queue_live_workers",
+}
+
+
+class Relay:
+    """A TCP relay to PostgreSQL that the test can cut (every connection dropped, new ones refused)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.open = True
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            self.socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        with suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        for s in (src, dst):
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self.open = False
+        for s in self.socks:
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        self.socks.clear()
+
+    def restore(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+@pytest.fixture
+def relay(dsn: str) -> Iterator[Relay]:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    r = Relay(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
+    yield r
+    r.close()
+
+
+def _relayed_dsn(dsn: str, relay: Relay) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info.update(host="127.0.0.1", port=str(relay.port))
+    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v is not None})
+
+
+def _stop(server: ThreadingHTTPServer, collector: QueueCollector) -> None:
+    server.shutdown()
+    server.server_close()
+    collector.close()
+
+
+def _scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        assert resp.status == 200
+        text = resp.read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def _stats_from_metrics(metrics: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> dict[str, dict[str, float]]:
+    """Rebuild QueueStats-like dicts per queue from the scraped samples."""
+    queues: dict[str, dict[str, float]] = {}
+    for labels, value in metrics.get("tenure_queue_jobs", {}).items():
+        d = dict(labels)
+        queues.setdefault(d["queue"], {})[d["state"]] = value
+    for field, name in GAUGES.items():
+        for labels, value in metrics.get(name, {}).items():
+            queues.setdefault(dict(labels)["queue"], {})[field] = value
+    for labels, value in metrics.get("tenure_queue_reaped_jobs_total", {}).items():
+        queues.setdefault(dict(labels)["queue"], {})["reaped_total"] = value
+    return queues
+
+
+def _expected(stats: list[QueueStats]) -> dict[str, dict[str, float]]:
+    return {s.queue: {k: float(v) for k, v in s.__dict__.items() if k != "queue"} for s in stats}
+
+
+def _populate(dsn: str, schema: str, repo: Repository) -> None:
+    """Two queues in every state: ready, scheduled, running (live and expired), completed, failed, reaped."""
+    repo.worker_register("w-live", host="h", pid=1, queues=["emails"], concurrency=4, heartbeat_seconds=30,
+                         version="t")
+    for i in range(5):
+        repo.enqueue("send", {"i": i}, queue="emails")
+    repo.enqueue("send", queue="emails", delay=3600)
+    done = repo.claim("w-live", ["emails"], 2, 60)
+    repo.complete_many("w-live", [(j.id, j.lock_token) for j in done])
+    [failing] = repo.claim("w-live", ["emails"], 1, 60)
+    assert repo.retry("w-live", failing.id, failing.lock_token, delay=0, error="boom", error_code="timeout")
+    [dead] = repo.claim("w-live", ["emails"], 1, 60)
+    assert repo.dead_letter("w-live", dead.id, dead.lock_token, error="bad", error_code="permanent")
+    repo.claim("w-live", ["emails"], 1, 60)  # one running, heartbeating worker
+
+    for i in range(3):
+        repo.enqueue("resize", {"i": i}, queue="images")
+    repo.claim("w-gone", ["images"], 2, 0.1)  # owner never heartbeats: leases expire
+    time.sleep(0.3)
+    reaper = Reaper(ReaperConfig(grace=0.0, batch=1, retry=RetryPolicy(3600, 3600, 5)), dsn=dsn, schema=schema,
+                    rng=random.Random(2))
+    assert len(reaper.run_once()) == 1  # one reaped, one still expired
+
+
+def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> None:
+    _populate(dsn, schema, repo)
+    collector = QueueCollector(dsn, schema, min_interval=0, completed_interval=0)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    server = serve(0, registry, host="127.0.0.1")
+    try:
+        before = repo.queue_stats()
+        scraped = _stats_from_metrics(_scrape(server.server_address[1]))
+        after = repo.queue_stats()
+    finally:
+        _stop(server, collector)
+    assert set(scraped) == {"emails", "images"}
+    exp_before, exp_after = _expected(before), _expected(after)
+    for queue, values in exp_before.items():
+        got = scraped[queue]
+        for field, value in values.items():
+            if field in AGE_FIELDS:  # grow with the clock between the three reads
+                assert value - 0.01 <= got[field] <= exp_after[queue][field] + 0.01, (queue, field)
+            else:
+                assert got[field] == value == exp_after[queue][field], (queue, field)
+    # The workload really reached every state the exporter reports.
+    emails, images = exp_before["emails"], exp_before["images"]
+    assert (emails["ready"], emails["scheduled"], emails["running"], emails["completed"], emails["failed"]) == \
+        (1, 1, 1, 2, 1)
+    assert emails["redelivered"] == 1 and emails["live_workers"] == 1 and emails["oldest_running_age_seconds"] > 0
+    assert (images["running"], images["running_expired"], images["reaped_total"]) == (1, 1, 1)
+    assert images["heartbeat_lag_max_seconds"] >= 0.3
+
+
+def test_endpoint_answers_and_errors_rise_while_the_database_is_unreachable(
+        dsn: str, schema: str, repo: Repository, relay: Relay) -> None:
+    repo.enqueue("t", queue="q1")
+    collector = QueueCollector(_relayed_dsn(dsn, relay), schema, min_interval=0, completed_interval=0)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    server = serve(0, registry, host="127.0.0.1")
+    port = server.server_address[1]
+    try:
+        ok = _scrape(port)
+        assert ok["tenure_queue_jobs"][(("queue", "q1"), ("state", "ready"))] == 1
+        assert ok["tenure_exporter_errors_total"][()] == 0
+        last_success = ok["tenure_exporter_last_success_timestamp_seconds"][()]
+        assert last_success > time.time() - 60
+
+        relay.cut()
+        for expected_errors in (1, 2):
+            down = _scrape(port)  # still HTTP 200
+            assert down["tenure_exporter_errors_total"][()] == expected_errors
+            assert "tenure_queue_jobs" not in down  # no stale queue series
+            assert down["tenure_exporter_last_success_timestamp_seconds"][()] == last_success
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
+            assert resp.status == 200
+
+        relay.restore()
+        deadline = time.monotonic() + 15
+        while True:
+            back = _scrape(port)
+            if "tenure_queue_jobs" in back or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert back["tenure_queue_jobs"][(("queue", "q1"), ("state", "ready"))] == 1
+        assert back["tenure_exporter_errors_total"][()] >= 2
+        assert back["tenure_exporter_last_success_timestamp_seconds"][()] > last_success
+    finally:
+        _stop(server, collector)
