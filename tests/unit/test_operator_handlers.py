@@ -29,6 +29,7 @@ class FakeKube:
         self.applies = 0
         self.deleted: list[tuple[str, str]] = []
         self.fail_apply: str | None = None
+        self.fail_get: str | None = None
 
     def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         if self.fail_apply == manifest["kind"]:
@@ -42,6 +43,8 @@ class FakeKube:
         return copy.deepcopy(obj)
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.fail_get == kind:
+            raise KubeError(403, f"{kind} {name} is forbidden")
         obj = self.store.get((kind, namespace, name))
         return copy.deepcopy(obj) if obj is not None else None
 
@@ -181,6 +184,17 @@ def test_missing_key_in_secret() -> None:
     out = run(kube, body(), h.QueueFigures())
     assert out.error_reason == "SecretKeyMissing"
     assert "'url'" in out.error_message
+
+
+def test_unreadable_secret_degrades_instead_of_escaping() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    b = feed_back(body(), run(kube, body(), h.QueueFigures(ready=70)))
+    kube.fail_get = "Secret"
+    out = run(kube, b, h.QueueFigures(), now=T0 + dt.timedelta(seconds=600))
+    assert out.error_reason == "SecretUnreadable" and "forbidden" in out.error_message
+    assert cond(out, "Degraded")["status"] == "True"
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 7
 
 
 def test_unreachable_database_never_scales_to_zero() -> None:

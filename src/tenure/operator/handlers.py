@@ -310,10 +310,14 @@ def reconcile_jobqueue(
     error: tuple[str, str] | None = None
     figures: QueueFigures | None = None
     if scale:
-        secret = kube.get("v1", "Secret", namespace, spec.secret_name)
-        if secret is None:
+        try:
+            secret = kube.get("v1", "Secret", namespace, spec.secret_name)
+        except KubeError as exc:
+            # e.g. 403 when RBAC does not cover the namespace: degraded, replicas unchanged.
+            secret, error = None, ("SecretUnreadable", f"Secret {namespace}/{spec.secret_name}: {exc}")
+        if secret is None and error is None:
             error = ("SecretMissing", f"Secret {namespace}/{spec.secret_name} not found")
-        else:
+        elif secret is not None:
             dsn = secret_value(secret, spec.secret_key)
             if not dsn:
                 error = (
