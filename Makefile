@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo tools test test-fast generate lint clean
+.PHONY: install demo tools test test-fast generate lint model model-deep clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,12 @@ test: install tools lint
 
 test-fast: install
 	$(BIN)/pytest tests/unit tests/integration
+
+model:
+	bash docs/model/check.sh
+
+model-deep:
+	bash docs/model/check.sh --deep
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache

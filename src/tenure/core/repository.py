@@ -304,7 +304,7 @@ class Repository:
                 "ids": [c.id for c, _ in chosen], "tokens": [c.lock_token for c, _ in chosen],
                 "delays": [float(d.delay) for _, d in chosen], "dead": [d.dead for _, d in chosen],
                 "owners": [c.owner_status for c, _ in chosen], "reaper_id": reaper_id,
-                "channel": self.channel})
+                "channel": self.channel, "grace": float(grace)})
             return [Reaped(r["id"], r["queue_name"], r["dead"]) for r in rows]
 
     # -- reads ------------------------------------------------------------------------------

@@ -229,6 +229,8 @@ WITH input AS (
         lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.lock_token = i.token
+      -- Re-checked at write time too (a second safeguard besides the row lock): see docs/model.
+      AND j.lease_expires_at < now() - make_interval(secs => %(grace)s)
     RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)

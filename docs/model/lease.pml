@@ -1,0 +1,323 @@
+/*
+ * tenure lease protocol: a SPIN (Promela) model of one or two jobs, three worker slots and
+ * one or two reapers. docs/model/README.md maps every step to the named query in
+ * src/tenure/core/sql/queries.sql, says how to run the checks, and lists the model's limits.
+ *
+ * One `atomic` block = one SQL statement (one UPDATE ... WHERE ... that PostgreSQL applies to
+ * the row atomically). Anything a worker or reaper does between two statements is a separate
+ * step, so every other process may run in between.
+ *
+ * Faults: lost requests and lost responses (the DB committed, the worker never learns it),
+ * worker crashes (the slot forgets its token), freezes of any length (a process takes no step
+ * while the clock ticks), a handler whose heartbeat thread renews forever (bounded by
+ * MAX_TOTAL, R4), graceful releases, a reaper whose transaction aborts. Time is the DB clock
+ * only (R6): workers have no clock, so worker clock skew cannot exist in the model.
+ *
+ * Variants (docs/model/check.sh runs them all):
+ *   must FAIL safety:
+ *   -DNO_TOKEN_CHECK                 job_complete_many without `lock_token = token`
+ *   -DREAP_NO_LOCK -DNO_REAPER_CAS   reaper reads, then writes by id only (riverqueue/river#1302)
+ *   -DREAP_NO_LOCK                   reaper read and CAS in separate transactions (no row lock
+ *                                    in between): a lease renewed in the gap is reaped anyway
+ *   must FAIL liveness:
+ *   -DNO_MAX_LEASE_TOTAL             heartbeats renew forever (no R4 bound)
+ *   must PASS (alternatives / defence in depth):
+ *   -DNO_REAPER_CAS                  the row lock alone still protects the completion
+ *   -DREAP_NO_LOCK -DREAP_RECHECK    no row lock, but the reap CAS re-checks the expiry
+ */
+
+/* ---- parameters (override with spin -DNAME=value) ---------------------------------- */
+#ifndef NJOBS
+#define NJOBS 1            /* jobs in the queue: 1 or 2 */
+#endif
+#ifndef NREAPERS
+#define NREAPERS 2         /* concurrent reapers: 1 or 2 */
+#endif
+#ifndef MAX_ATTEMPTS
+#define MAX_ATTEMPTS 2     /* jobs.max_attempts */
+#endif
+#ifndef LEASE
+#define LEASE 2            /* --lease, in clock ticks */
+#endif
+#ifndef GRACE
+#define GRACE 1            /* reaper --grace, in clock ticks */
+#endif
+#ifndef MAX_TOTAL
+#define MAX_TOTAL 5        /* --max-lease-total in ticks; > LEASE + GRACE + 1 so a late heartbeat can meet a reaper */
+#endif
+#ifndef MAX_CRASH
+#define MAX_CRASH 1        /* worker crashes per run (bounded so liveness is provable) */
+#endif
+#ifndef MAX_LOSS
+#define MAX_LOSS 2         /* lost requests/responses + aborted reaper transactions per run */
+#endif
+#ifndef MAX_RELEASE
+#define MAX_RELEASE 1      /* graceful releases (SIGTERM drains) per run */
+#endif
+
+/* lease_expires_at - now(), in ticks, saturates at FLOOR ("expired for longer than grace") */
+#define FLOOR (-(GRACE + 1))
+
+/* jobs.status */
+#define PENDING   0
+#define RUNNING   1
+#define COMPLETED 2
+#define FAILED    3
+
+/* outcome of a write as the worker sees it */
+#define REJECTED 0
+#define ACCEPTED 1
+#define LOST     2
+
+typedef Job {
+    byte  st;      /* status */
+    byte  by;      /* locked_by: worker id, 0 = NULL */
+    byte  tok;     /* lock_token: fresh per claim, 0 = NULL (not running) */
+    byte  fence;   /* claims so far; the next token is ++fence (monotonic, never reused) */
+    byte  att;     /* attempt_count */
+    byte  age;     /* now() - started_at, in ticks, saturates at MAX_TOTAL */
+    short lease;   /* lease_expires_at - now(), in ticks; < -GRACE means reapable */
+    bool  lock     /* row lock held by a reaper transaction (FOR UPDATE, until COMMIT) */
+};
+Job job[NJOBS];
+
+/* ---- fault budgets and ghost variables (not in the DB) ------------------------------ */
+byte crashes;              /* worker crashes used */
+byte losses;               /* lost messages / aborted reaper transactions used */
+byte releases;             /* releases used */
+byte completions[NJOBS];   /* accepted completions per job */
+
+#if NJOBS == 1
+#define CHOOSE_PENDING(x)   job[0].st == PENDING -> x = 0
+#define REAPABLE(k)         (job[k].st == RUNNING && job[k].lease < -GRACE && !job[k].lock)
+#define CHOOSE_REAPABLE(x)  REAPABLE(0) -> x = 0
+#define ALL_TERMINAL        (job[0].st >= COMPLETED)
+#define TICKS(k)            (job[k].st == RUNNING && (job[k].lease > FLOOR || job[k].age < MAX_TOTAL))
+#define CAN_TICK            TICKS(0)
+#else
+#define CHOOSE_PENDING(x) \
+    if \
+    :: job[0].st == PENDING -> x = 0 \
+    :: job[1].st == PENDING -> x = 1 \
+    fi
+#define REAPABLE(k)         (job[k].st == RUNNING && job[k].lease < -GRACE && !job[k].lock)
+#define CHOOSE_REAPABLE(x) \
+    if \
+    :: REAPABLE(0) -> x = 0 \
+    :: REAPABLE(1) -> x = 1 \
+    fi
+#define ALL_TERMINAL        (job[0].st >= COMPLETED && job[1].st >= COMPLETED)
+#define TICKS(k)            (job[k].st == RUNNING && (job[k].lease > FLOOR || job[k].age < MAX_TOTAL))
+#define CAN_TICK            (TICKS(0) || TICKS(1))
+#endif
+
+/* The CAS of every worker write:
+ *   WHERE id = $id AND status = 'running' AND locked_by = $worker AND lock_token = $token */
+#define HOLDS(j, w, t)  (job[j].st == RUNNING && job[j].by == w && job[j].tok == t)
+
+#ifdef NO_TOKEN_CHECK
+#define COMPLETE_CAS(j, w, t)  (job[j].st == RUNNING && job[j].by == w)        /* BUG */
+#else
+#define COMPLETE_CAS(j, w, t)  HOLDS(j, w, t)
+#endif
+
+/* job_heartbeat: ... AND started_at + max_lease_total > now();
+ * lease_expires_at = least(now() + lease, started_at + max_lease_total)   (R4) */
+#ifdef NO_MAX_LEASE_TOTAL
+#define HEARTBEAT_CAS(j, w, t)  HOLDS(j, w, t)                                  /* BUG: R4 */
+#define RENEWED(j)              LEASE
+#else
+#define HEARTBEAT_CAS(j, w, t)  (HOLDS(j, w, t) && job[j].age < MAX_TOTAL)
+#define RENEWED(j)              (LEASE < MAX_TOTAL - job[j].age -> LEASE : MAX_TOTAL - job[j].age)
+#endif
+
+/* job_reap_expired: WHERE id = $id AND status = 'running' AND lock_token = $token_read */
+#if defined(NO_REAPER_CAS)
+#define REAP_CAS(j, t)  (true)                                                 /* BUG: #1302 */
+#elif defined(REAP_RECHECK)
+#define REAP_CAS(j, t)  (job[j].st == RUNNING && job[j].tok == t && job[j].lease < -GRACE)
+#else
+#define REAP_CAS(j, t)  (job[j].st == RUNNING && job[j].tok == t)
+#endif
+
+/* job_reap_candidates ... FOR UPDATE SKIP LOCKED, in the same transaction as job_reap_expired:
+ * the row stays locked until COMMIT, so worker UPDATEs on it wait and other reapers skip it. */
+#ifdef REAP_NO_LOCK
+#define TAKE_LOCK(j)    skip
+#else
+#define TAKE_LOCK(j)    job[j].lock = true
+#endif
+#define ROW_FREE(j)     (!job[j].lock)
+
+/* Leaving 'running' clears lease_expires_at, locked_by and lock_token (NULL). */
+#define CLEAR(j)  job[j].by = 0; job[j].tok = 0; job[j].lease = 0; job[j].age = 0
+
+/* Safety, checked on every accepted write (ghost: compares with the writer's own token and
+ * the job's status, independent of the WHERE clause the variant uses):
+ *   - a terminal job never changes again (a completion is never undone, #1302);
+ *   - only the current token's holder changes a job (no stale holder). */
+#define WORKER_WRITE_OK(j, t) \
+    assert(job[j].st == RUNNING); \
+    assert(job[j].tok == t)
+
+/* a message may be lost (bounded budget) */
+#define MAY_LOSE(r) \
+    if \
+    :: true \
+    :: losses < MAX_LOSS -> losses++; r = LOST \
+    fi
+
+#define GOTO_IDLE  j = 0; mytok = 0; res = 0; goto end_idle
+
+/* after the outcome: lease lost -> stop; unknown -> still holding, may retry or do anything */
+#define DISPATCH(r, on_accept) \
+    if \
+    :: r == ACCEPTED -> on_accept \
+    :: r == REJECTED -> GOTO_IDLE \
+    :: r == LOST     -> r = 0; goto holding \
+    fi
+
+/* One worker write: the UPDATE waits for a reaper's row lock, its request may be lost
+ * (no change), else it applies atomically and its response may be lost. */
+#define WRITE(guard, body, on_accept) \
+    atomic { \
+        ROW_FREE(j) -> \
+        if \
+        :: losses < MAX_LOSS -> losses++; res = LOST \
+        :: (guard) -> WORKER_WRITE_OK(j, mytok); body; res = ACCEPTED; MAY_LOSE(res) \
+        :: !(guard) -> res = REJECTED; MAY_LOSE(res) \
+        fi; \
+        DISPATCH(res, on_accept) \
+    }
+
+/* ---- worker slot ---------------------------------------------------------------------
+ * One execution slot of a worker process with id `wid`. Two slots share wid 1 (a worker
+ * with concurrency 2), so `locked_by` alone cannot tell a stale slot from the current one.
+ */
+proctype Worker(byte wid) {
+    byte j;        /* job held (meaningful in `holding`) */
+    byte mytok;    /* lock token received from job_claim, 0 = none */
+    byte res;      /* outcome of the last write as this slot saw it */
+
+end_idle:          /* idle: j = mytok = res = 0 (reset by every jump here) */
+    /* job_claim: pending -> running, fresh token, attempt + 1, lease from the DB clock */
+    atomic {
+        CHOOSE_PENDING(j);
+        job[j].fence++;
+        job[j].tok = job[j].fence;
+        job[j].st = RUNNING;
+        job[j].by = wid;
+        job[j].att++;
+        job[j].age = 0;
+        job[j].lease = LEASE;
+        mytok = job[j].tok;
+        if
+        :: goto holding
+        :: losses < MAX_LOSS -> losses++; GOTO_IDLE   /* response lost: nobody works it */
+        fi
+    };
+
+holding:
+    if
+    /* job_heartbeat (R3, R4) */
+    :: WRITE(HEARTBEAT_CAS(j, wid, mytok),
+             job[j].lease = RENEWED(j),
+             res = 0; goto holding)
+    /* job_complete_many */
+    :: WRITE(COMPLETE_CAS(j, wid, mytok),
+             job[j].st = COMPLETED; CLEAR(j);
+             completions[j]++;
+             assert(completions[j] == 1),            /* never two accepted completions */
+             GOTO_IDLE)
+    /* job_retry (retryable error, attempts left) */
+    :: job[j].att < MAX_ATTEMPTS ->
+       WRITE(HOLDS(j, wid, mytok),
+             job[j].st = PENDING; CLEAR(j),
+             GOTO_IDLE)
+    /* job_dead_letter (permanent error, or attempts exhausted) */
+    :: WRITE(HOLDS(j, wid, mytok),
+             job[j].st = FAILED; CLEAR(j),
+             GOTO_IDLE)
+    /* job_release: shutdown drain hands the job back without using up an attempt (R8) */
+    :: atomic { releases < MAX_RELEASE -> releases++ };
+       WRITE(HOLDS(j, wid, mytok),
+             job[j].st = PENDING; CLEAR(j);
+             job[j].att = (job[j].att > 0 -> job[j].att - 1 : 0),
+             GOTO_IDLE)
+    /* crash (kill -9): the slot forgets its token; the restarted process starts idle */
+    :: atomic { crashes < MAX_CRASH -> crashes++; GOTO_IDLE }
+    fi
+}
+
+/* ---- reaper --------------------------------------------------------------------------
+ * One reaper cycle: job_reap_candidates (reads the token, locks the row) then
+ * job_reap_expired (CAS on the token read) and COMMIT. Anything not blocked by the row lock
+ * may happen in between; the transaction may abort (row unlocked, nothing written).
+ */
+proctype Reaper() {
+    byte j;
+    byte rtok;
+end_reaper:
+    do
+    :: atomic { CHOOSE_REAPABLE(j); rtok = job[j].tok; TAKE_LOCK(j) };
+       atomic {
+           if
+           :: losses < MAX_LOSS -> losses++                 /* transaction aborted */
+           :: REAP_CAS(j, rtok) ->
+                  assert(job[j].st == RUNNING);       /* never undo a terminal state (#1302) */
+                  assert(job[j].lease < -GRACE);      /* never reap a healthy job (R7) */
+                  if
+                  :: job[j].att >= MAX_ATTEMPTS -> job[j].st = FAILED   /* dead letter */
+                  :: job[j].st = FAILED                 /* dead letter: max_lease_expiries */
+                  :: job[j].att < MAX_ATTEMPTS -> job[j].st = PENDING   /* requeue */
+                  fi;
+                  CLEAR(j)
+           :: !REAP_CAS(j, rtok) -> skip                    /* CAS lost: the job moved on */
+           fi;
+           job[j].lock = false;                            /* COMMIT / ROLLBACK */
+           j = 0; rtok = 0
+       }
+    od
+}
+
+/* ---- the DB clock: time passes nondeterministically ---------------------------------- */
+active proctype Clock() {
+    byte k;
+end_clock:
+    do
+    :: atomic {
+           CAN_TICK ->
+           for (k : 0 .. NJOBS - 1) {
+               if
+               :: job[k].st == RUNNING ->
+                      if
+                      :: job[k].lease > FLOOR -> job[k].lease--
+                      :: else -> skip
+                      fi;
+                      if
+                      :: job[k].age < MAX_TOTAL -> job[k].age++
+                      :: else -> skip
+                      fi
+               :: else -> skip
+               fi
+           }
+           k = 0
+       }
+    od
+}
+
+init {
+    atomic {
+        run Worker(1);
+        run Worker(1);
+        run Worker(2);
+        run Reaper();
+#if NREAPERS > 1
+        run Reaper();
+#endif
+    }
+}
+
+/* Liveness: every job eventually reaches a terminal state (completed or failed).
+ * spin -a lease.pml && cc -DNFAIR=3 -o pan pan.c && ./pan -a -f */
+ltl live { <> ALL_TERMINAL }
