@@ -99,27 +99,19 @@ def main(argv: list[str] | None = None) -> int:
             for row in plan:
                 print(f"  {next(iter(row.values()))}")
 
-            total = timed(repo.queue_stats, args.repeat)
-            one_queue = timed(lambda: repo.queue_stats("q1"), args.repeat)
-            completed = timed(lambda: conn.execute(q["bench_completed_count"]).fetchall(), args.repeat)
+            scrape = timed(lambda: repo.queue_stats(completed=False), args.repeat)
+            one_queue = timed(lambda: repo.queue_stats("q1", completed=False), args.repeat)
+            completed = timed(repo.completed_counts, args.repeat)
+            full = timed(repo.queue_stats, args.repeat)
             reaped = timed(lambda: conn.execute(q["bench_reaped_count"]).fetchall(), args.repeat)
             estimate = timed(lambda: conn.execute(q["bench_completed_estimate"], params).fetchall(), args.repeat)
-            proposed = timed(lambda: conn.execute(q["bench_queue_stats_proposed"], {"queue": None}).fetchall(),
-                             args.repeat)
-            proposed_one = timed(lambda: conn.execute(q["bench_queue_stats_proposed"], {"queue": "q1"}).fetchall(),
-                                 args.repeat)
-            current = [{k: v for k, v in s.__dict__.items() if k != "completed"} for s in repo.queue_stats()]
-            variant = conn.execute(q["bench_queue_stats_proposed"], {"queue": None}).fetchall()
-            same = all(c[k] == v for c, row in zip(current, variant) for k, v in row.items() if "seconds" not in k)
-            print(f"\nproposed variant returns the same figures (except completed, ages aside): {same}")
             print("\ntimings (warm):")
-            print(f"  queue_stats (all queues)      {fmt(total)}")
-            print(f"  queue_stats (one queue)       {fmt(one_queue)}")
-            print(f"  completed count part alone    {fmt(completed)}")
-            print(f"  reaped count part alone       {fmt(reaped)}")
-            print(f"  completed estimate (pg_class) {fmt(estimate)}")
-            print(f"  proposed: without completed   {fmt(proposed)}")
-            print(f"  proposed: one queue           {fmt(proposed_one)}")
+            print(f"  per scrape: queue_stats, all queues   {fmt(scrape)}")
+            print(f"  per scrape: queue_stats, one queue    {fmt(one_queue)}")
+            print(f"  queue_completed_counts (once a minute) {fmt(completed)}")
+            print(f"  tenure stats (both)                   {fmt(full)}")
+            print(f"  reaped count part alone               {fmt(reaped)}")
+            print(f"  completed estimate (pg_class)         {fmt(estimate)}")
             if not args.keep:
                 conn.execute(f"DROP SCHEMA {quote_ident(schema)} CASCADE")
     finally:
