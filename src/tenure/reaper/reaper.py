@@ -99,9 +99,16 @@ class Reaper:
                                decide=self.decide)
         self.cycles += 1
         self.reaped_total += len(reaped)
+        # One summary line per cycle (the per-job audit trail is in job_events); per-job lines
+        # at DEBUG, so a mass expiry cannot flood the logs.
+        if reaped:
+            dead = sum(1 for job in reaped if job.dead)
+            log.warning("reaped %d job(s) with expired leases: %d requeued, %d dead-lettered (ids %s%s)",
+                        len(reaped), len(reaped) - dead, dead, ",".join(str(j.id) for j in reaped[:10]),
+                        "…" if len(reaped) > 10 else "", extra={"event": "reaped"})
         for job in reaped:
-            log.warning("reaped job %s: %s", job.id, "dead-lettered (lease_expired)" if job.dead else "requeued",
-                        extra={"job_id": job.id, "queue": job.queue, "event": "reaped"})
+            log.debug("reaped job %s: %s", job.id, "dead-lettered (lease_expired)" if job.dead else "requeued",
+                      extra={"job_id": job.id, "queue": job.queue, "event": "reaped"})
         self.last_cycle_seconds = time.monotonic() - started
         return reaped
 

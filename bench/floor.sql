@@ -1,0 +1,2 @@
+WITH picked AS (SELECT id FROM floor_jobs WHERE status = 'pending' ORDER BY id LIMIT :batch FOR UPDATE SKIP LOCKED), claimed AS (UPDATE floor_jobs j SET status = 'running', token = gen_random_uuid() FROM picked WHERE j.id = picked.id RETURNING j.id, j.token, j.payload) SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS toks FROM claimed \gset
+UPDATE floor_jobs j SET status = 'done', token = NULL FROM unnest(':ids'::bigint[], ':toks'::uuid[]) AS d(id, token) WHERE j.id = d.id AND j.status = 'running' AND j.token = d.token;

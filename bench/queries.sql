@@ -1,0 +1,92 @@
+-- Benchmark-only SQL (fixtures and measurements); never used by tenure itself.
+-- `{schema}` is replaced by the quoted tenure schema name. Same format as src/tenure/core/sql/queries.sql.
+
+-- name: tenure_done_count
+-- Jobs finished so far (completed partial index: cheap even at 1M rows).
+SELECT count(*)::bigint AS n FROM {schema}.jobs WHERE status = 'completed';
+
+-- name: tenure_running_count
+-- Jobs currently leased.
+SELECT count(*)::bigint AS n FROM {schema}.jobs WHERE status = 'running';
+
+-- name: tenure_fill_pending
+-- Insert `n` ready no-op jobs in one statement (large fixtures; the normal path is enqueue_many).
+INSERT INTO {schema}.jobs (queue_name, task, payload)
+SELECT 'default', 'noop', '{}'::jsonb FROM generate_series(1, %(n)s);
+
+-- name: tenure_fill_completed
+-- Insert `n` completed jobs (history that a big production table carries).
+INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, started_at, completed_at,
+                           available_at, created_at)
+SELECT 'default', 'noop', '{}'::jsonb, 'completed', 1, now() - interval '2 hours', now() - interval '2 hours',
+       now() - interval '2 hours', now() - interval '2 hours'
+FROM generate_series(1, %(n)s);
+
+-- name: tenure_fill_expired
+-- Insert `n` running jobs whose lease expired an hour ago, owned by a worker that never registered.
+INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, started_at, last_heartbeat_at,
+                           lease_expires_at, locked_by, lock_token, fence, available_at)
+SELECT 'default', 'noop', '{}'::jsonb, 'running', 1, now() - interval '2 hours', now() - interval '2 hours',
+       now() - interval '1 hour', 'bench-dead-worker', gen_random_uuid(), g, now() - interval '2 hours'
+FROM generate_series(1, %(n)s) AS g;
+
+-- name: tenure_latency_db
+-- Claim latency by the DB clock: started_at minus available_at of every started job, in ms.
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) AS p99, count(*)::bigint AS n
+FROM (SELECT extract(epoch FROM started_at - available_at) * 1000 AS ms
+      FROM {schema}.jobs WHERE started_at IS NOT NULL) s;
+
+-- name: pgqueuer_remaining
+-- Jobs still queued or picked (pgqueuer deletes a row when the job finishes).
+SELECT count(*)::bigint AS n FROM pgqueuer;
+
+-- name: procrastinate_remaining
+-- Jobs not yet finished.
+SELECT count(*)::bigint AS n FROM procrastinate_jobs WHERE status IN ('todo', 'doing');
+
+-- name: db_commits
+-- Transactions committed in the current database so far (one per autocommit statement).
+SELECT xact_commit::bigint AS n FROM pg_stat_database WHERE datname = current_database();
+
+-- name: stat_statements_reset
+-- Zero pg_stat_statements (only when the extension is loaded).
+SELECT pg_stat_statements_reset();
+
+-- name: stat_statements_top
+-- The statements that ran in this database since the reset, heaviest first.
+SELECT calls::bigint AS calls, total_exec_time::float8 AS total_ms, mean_exec_time::float8 AS mean_ms,
+       rows::bigint AS rows, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC LIMIT 8;
+
+-- name: floor_create
+-- The plain-SQL floor's table: the least a leased queue needs (id, status, token).
+DROP TABLE IF EXISTS floor_jobs;
+CREATE TABLE floor_jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, status text NOT NULL DEFAULT 'pending',
+                         token uuid, payload jsonb NOT NULL DEFAULT '{}') WITH (fillfactor = 70);
+CREATE INDEX floor_jobs_pending_idx ON floor_jobs (id) WHERE status = 'pending';
+
+-- name: floor_fill
+-- Fill the floor table with `n` pending jobs.
+INSERT INTO floor_jobs (status) SELECT 'pending' FROM generate_series(1, %(n)s);
+
+-- name: floor_vacuum
+-- Fresh statistics and visibility map for the floor table.
+VACUUM ANALYZE floor_jobs;
+
+-- name: tenure_vacuum
+-- Fresh statistics and visibility map for the jobs table after a bulk fill.
+VACUUM ANALYZE {schema}.jobs;
+
+-- name: floor_remaining
+-- Floor jobs not completed yet.
+SELECT count(*)::bigint AS n FROM floor_jobs WHERE status <> 'done';
+
+-- name: tenure_fill_healthy
+-- Insert `n` running jobs with an hour of lease left (healthy in-flight work the reaper must skip cheaply).
+INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, started_at, last_heartbeat_at,
+                           lease_expires_at, locked_by, lock_token, fence)
+SELECT 'default', 'noop', '{}'::jsonb, 'running', 1, now(), now(), now() + interval '1 hour',
+       'bench-live-worker', gen_random_uuid(), g
+FROM generate_series(1, %(n)s) AS g;

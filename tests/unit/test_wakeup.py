@@ -1,0 +1,46 @@
+"""The claim loop's self-pipe wake-up never strands a waiter when set() races with clear()."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tenure.worker.runtime import Wakeup
+
+
+def test_set_racing_with_clear_never_strands_the_waiter() -> None:
+    wakeup = Wakeup()
+    stop = threading.Event()
+    misses = []
+
+    def setter() -> None:
+        while not stop.is_set():
+            wakeup.set()
+            time.sleep(0)
+
+    threads = [threading.Thread(target=setter) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(300):
+            wakeup.clear()
+            started = time.monotonic()
+            wakeup.wait(0.3)
+            if time.monotonic() - started > 0.25:
+                misses.append(1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        wakeup.close()
+    assert not misses
+
+
+def test_wait_times_out_without_a_set() -> None:
+    wakeup = Wakeup()
+    try:
+        started = time.monotonic()
+        wakeup.wait(0.05)
+        assert time.monotonic() - started >= 0.04
+    finally:
+        wakeup.close()
