@@ -44,3 +44,15 @@ def test_wait_times_out_without_a_set() -> None:
         assert time.monotonic() - started >= 0.04
     finally:
         wakeup.close()
+
+
+def test_lease_signal_wakes_waiters_set_before_or_during_the_wait() -> None:
+    from tenure.worker.context import LeaseSignal
+
+    early = LeaseSignal()
+    early.set()
+    assert early.is_set() and early.wait(0) is True
+    late = LeaseSignal()
+    assert late.wait(0.01) is False and not late.is_set()
+    threading.Timer(0.05, late.set).start()
+    assert late.wait(5) is True

@@ -28,6 +28,39 @@ class RepositorySource(Protocol):
     def __call__(self) -> Any: ...
 
 
+class LeaseSignal:
+    """A one-way flag with ``is_set()``/``wait()``/``set()`` like ``threading.Event``, which
+    builds its Condition only when someone waits: one is created per claimed job, and most jobs
+    finish without anybody waiting (a measurable share of a no-op job's cost)."""
+
+    __slots__ = ("_flag", "_event")
+    _create = threading.Lock()
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        with LeaseSignal._create:
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if self._flag:  # set() may have run before the event existed
+            return True
+        return event.wait(timeout)
+
+
 class EffectDeferred(Exception):
     """Raised when another live attempt holds the idempotency key: defer the job briefly."""
 
@@ -76,7 +109,7 @@ class JobContext:
     _repo: Callable[[], Any]
     _on_stale: Callable[[JobContext, str], None]
     _heartbeat_now: Callable[[], None]
-    lease_lost: threading.Event = field(default_factory=threading.Event)
+    lease_lost: LeaseSignal = field(default_factory=LeaseSignal)
     lease_lost_reason: str | None = None
     lease_deadline: float = 0.0
     """Monotonic time by which the current lease surely ends unless renewed (local estimate)."""
