@@ -22,6 +22,11 @@ class ConfigError(TenureError, ValueError):
     """Invalid configuration: the CLI prints it on one line and exits 2."""
 
 
+class PayloadError(TenureError, ValueError):
+    """A payload that cannot be stored: not JSON, NaN/Infinity, a NUL character, or too large.
+    Raised before anything is written."""
+
+
 class SchemaTooNewError(TenureError):
     """The database schema was migrated by a newer tenure than this one; refusing to run."""
 

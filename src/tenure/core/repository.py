@@ -11,6 +11,7 @@ No caching and no retries here: callers decide how to react to errors.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,11 +22,43 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tenure.core.errors import SchemaTooNewError
+from tenure.core.errors import ConfigError, PayloadError, SchemaTooNewError
 from tenure.core.queries import migrations, named_queries, notify_channel, quote_ident
 from tenure.core.stats import QueueStats
 
 Row = dict[str, Any]
+MAX_PAYLOAD_BYTES_DEFAULT = 256 * 1024
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def max_payload_bytes() -> int:
+    """The payload size limit: ``TENURE_MAX_PAYLOAD_BYTES`` or 256 KiB."""
+    import os
+    raw = os.environ.get("TENURE_MAX_PAYLOAD_BYTES")
+    if not raw:
+        return MAX_PAYLOAD_BYTES_DEFAULT
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ConfigError(f"TENURE_MAX_PAYLOAD_BYTES must be a whole number of bytes, got {raw!r}") from None
+    if limit < 1:
+        raise ConfigError("TENURE_MAX_PAYLOAD_BYTES must be >= 1")
+    return limit
+
+
+def encode_payload(payload: Any) -> str:
+    """The JSON text stored for ``payload``; PayloadError for what jsonb cannot hold faithfully
+    (non-JSON values, NaN/Infinity, NUL characters) or what exceeds the size limit."""
+    try:
+        text = json.dumps(payload if payload is not None else {}, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"payload is not valid JSON for storage: {exc}") from None
+    if _ESCAPED_NUL.search(text):
+        raise PayloadError("payload contains a NUL character (\\u0000), which PostgreSQL's jsonb cannot store")
+    size, limit = len(text.encode()), max_payload_bytes()
+    if size > limit:
+        raise PayloadError(f"payload is {size} bytes, above the {limit}-byte limit (TENURE_MAX_PAYLOAD_BYTES)")
+    return text
 _ZERO_STATS = ("ready", "scheduled", "running", "running_expired", "failed", "oldest_ready_age_seconds",
                "oldest_running_age_seconds", "heartbeat_lag_max_seconds", "heartbeat_lag_p95_seconds",
                "live_workers", "redelivered", "reaped_total")
@@ -90,6 +123,7 @@ class ReapCandidate:
     attempt_count: int
     max_attempts: int
     lease_expiry_count: int
+    lease_expires_at: datetime
     expired_for_seconds: float
     owner_status: str
     """``alive``, ``silent``, ``stopped`` or ``unknown`` (registry row gone), per the registry."""
@@ -185,7 +219,7 @@ class Repository:
                 idempotency_key: str | None = None, delay: float = 0.0, max_attempts: int = 5,
                 payload_version: int = 1, correlation_id: str | None = None) -> EnqueueResult:
         """Insert a job (or return the existing one with the same idempotency key)."""
-        params = {"queue": queue, "task": task, "payload": Jsonb(payload if payload is not None else {}),
+        params = {"queue": queue, "task": task, "payload": encode_payload(payload),
                   "payload_version": payload_version, "max_attempts": max_attempts,
                   "delay": float(delay), "idempotency_key": idempotency_key,
                   "correlation_id": correlation_id, "channel": self.channel}
@@ -202,7 +236,7 @@ class Repository:
             return 0
         row = self._one("job_enqueue_many", {
             "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
-            "payloads": [json.dumps(j.payload if j.payload is not None else {}) for j in jobs],
+            "payloads": [encode_payload(j.payload) for j in jobs],
             "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
             "idempotency_keys": [j.idempotency_key for j in jobs], "channel": self.channel})
         return int(row["inserted"]) if row else 0
@@ -294,7 +328,8 @@ class Repository:
             candidates = [ReapCandidate(
                 id=r["id"], queue=r["queue_name"], lock_token=r["lock_token"], locked_by=r["locked_by"],
                 attempt_count=r["attempt_count"], max_attempts=r["max_attempts"],
-                lease_expiry_count=r["lease_expiry_count"], expired_for_seconds=r["expired_for_seconds"],
+                lease_expiry_count=r["lease_expiry_count"], lease_expires_at=r["lease_expires_at"],
+                expired_for_seconds=r["expired_for_seconds"],
                 owner_status=r["owner_status"])
                 for r in self._rows("job_reap_candidates", {"grace": float(grace), "batch": batch})]
             chosen = [(c, d) for c in candidates if (d := decide(c)) is not None]
@@ -304,6 +339,7 @@ class Repository:
                 "ids": [c.id for c, _ in chosen], "tokens": [c.lock_token for c, _ in chosen],
                 "delays": [float(d.delay) for _, d in chosen], "dead": [d.dead for _, d in chosen],
                 "owners": [c.owner_status for c, _ in chosen], "reaper_id": reaper_id,
+                "leases": [c.lease_expires_at for c, _ in chosen],
                 "channel": self.channel, "grace": float(grace)})
             return [Reaped(r["id"], r["queue_name"], r["dead"]) for r in rows]
 

@@ -90,11 +90,15 @@ class Effect:
 
     def succeeded(self, result_ref: str | None = None) -> None:
         """Record the effect as done; raises LeaseLost if another attempt took the key over."""
-        with self._ctx._repo() as repo:
-            ok = repo.execution_succeed(self.key, self._ctx.lock_token, result_ref)
+        ctx = self._ctx
+        with ctx._repo() as repo:
+            ok = repo.execution_succeed(self.key, ctx.lock_token, result_ref)
+            if not ok:
+                repo.record_stale_write(ctx.job.id, ctx.lock_token, ctx.worker_id, "effect_succeed",
+                                        f"idempotency key {self.key!r} taken over by another attempt")
         self._done = True
         if not ok:
-            self._ctx._count_stale("effect_succeed")
+            ctx._count_stale("effect_succeed")
             raise LeaseLost(f"effect {self.key!r} was taken over by another attempt")
         self.result_ref = result_ref
 

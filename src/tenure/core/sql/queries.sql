@@ -7,7 +7,7 @@
 WITH ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, payload_version, max_attempts,
                                available_at, idempotency_key, correlation_id)
-    VALUES (%(queue)s, %(task)s, %(payload)s, %(payload_version)s, %(max_attempts)s,
+    VALUES (%(queue)s, %(task)s, %(payload)s::jsonb, %(payload_version)s, %(max_attempts)s,
             now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -198,7 +198,7 @@ SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s)
 -- name: job_reap_candidates
 -- Lock (SKIP LOCKED) a bounded batch of running jobs whose lease expired more than `grace` ago (R7); owners judged by the registry.
 SELECT j.id, j.queue_name, j.lock_token, j.locked_by, j.attempt_count, j.max_attempts,
-       j.lease_expiry_count,
+       j.lease_expiry_count, j.lease_expires_at,
        extract(epoch FROM now() - j.lease_expires_at)::float8 AS expired_for_seconds,
        CASE WHEN w.id IS NULL THEN 'unknown'
             WHEN w.stopped_at IS NOT NULL THEN 'stopped'
@@ -215,8 +215,8 @@ FOR UPDATE OF j SKIP LOCKED;
 -- Requeue (with backoff) or dead-letter the reaped jobs, each a CAS on the token the reaper read; writes the audit event.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(delays)s::float8[],
-                         %(dead)s::bool[], %(owners)s::text[])
-                  AS t(id, token, delay, dead, owner_status)
+                         %(dead)s::bool[], %(owners)s::text[], %(leases)s::timestamptz[])
+                  AS t(id, token, delay, dead, owner_status, lease_expires_at)
 ), updated AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN i.dead THEN 'failed'::{schema}.job_status ELSE 'pending'::{schema}.job_status END,
@@ -231,13 +231,15 @@ WITH input AS (
     WHERE j.id = i.id AND j.status = 'running' AND j.lock_token = i.token
       -- Re-checked at write time too (a second safeguard besides the row lock): see docs/model.
       AND j.lease_expires_at < now() - make_interval(secs => %(grace)s)
-    RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay
+    RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay,
+              i.lease_expires_at
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT id, queue_name,
            CASE WHEN dead THEN 'reaped_to_dead_letter' ELSE 'reaped_due_to_expired_lease' END,
            token, %(reaper_id)s, attempt_count, 'lease_expired',
-           jsonb_build_object('owner_status', owner_status, 'delay_seconds', delay)
+           jsonb_build_object('owner_status', owner_status, 'delay_seconds', delay,
+                              'lease_expires_at', lease_expires_at, 'grace_seconds', %(grace)s::float8)
     FROM updated
 ), notified AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated WHERE NOT dead) d

@@ -1,0 +1,194 @@
+-- Named queries of the chaos harness (tenure.chaos). Same format as core/sql/queries.sql and
+-- loaded with tenure.core.queries.parse_named_queries; run only by tenure/chaos/store.py.
+-- `{schema}` is the quoted schema of the run. The harness keeps its own tables there
+-- (chaos_effects, chaos_faults, chaos_fences, chaos_lease_samples) next to tenure's; every time is the DB clock.
+
+-- name: chaos_setup
+-- Create the harness's tables (idempotent): effects written by jobs, injected faults, attempts that stopped on LeaseLost, lease samples.
+CREATE TABLE IF NOT EXISTS {schema}.chaos_effects (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_n        integer     NOT NULL,
+    job_id       bigint      NOT NULL,
+    kind         text        NOT NULL CHECK (kind IN ('guarded', 'guarded_provider_dedup', 'unguarded')),
+    idem_key     text,
+    lock_token   uuid        NOT NULL,
+    fence        bigint      NOT NULL,
+    attempt      integer     NOT NULL,
+    pid          integer     NOT NULL,
+    worker_wall  timestamptz NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE UNIQUE INDEX IF NOT EXISTS chaos_effects_guarded_key ON {schema}.chaos_effects (idem_key)
+    WHERE kind = 'guarded';
+CREATE INDEX IF NOT EXISTS chaos_effects_job_idx ON {schema}.chaos_effects (job_id);
+CREATE TABLE IF NOT EXISTS {schema}.chaos_faults (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind        text        NOT NULL,
+    pid         integer,
+    job_id      bigint,
+    lock_token  uuid,
+    detail      jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    ended_at    timestamptz
+);
+CREATE UNIQUE INDEX IF NOT EXISTS chaos_faults_job_once ON {schema}.chaos_faults (job_id, kind)
+    WHERE job_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS {schema}.chaos_fences (
+    lock_token  uuid        PRIMARY KEY,
+    job_id      bigint      NOT NULL,
+    kind        text        NOT NULL CHECK (kind IN ('self_fenced', 'effect_succeed_rejected')),
+    pid         integer     NOT NULL,
+    noted_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.chaos_lease_samples (
+    lock_token            uuid        PRIMARY KEY,
+    job_id                bigint      NOT NULL,
+    max_lease_expires_at  timestamptz NOT NULL,
+    last_sampled_at       timestamptz NOT NULL
+);
+
+-- name: chaos_schema_drop
+-- Drop the whole run schema (tenure's tables and the harness's) at the end of a run.
+DROP SCHEMA IF EXISTS {schema} CASCADE;
+
+-- name: chaos_db_now
+-- The database clock as epoch seconds.
+SELECT extract(epoch FROM clock_timestamp())::float8 AS epoch;
+
+-- name: chaos_effect_guarded
+-- The guarded effect, sent to a "provider" that honours the idempotency key (R14): applied once; a repeat call is logged as a provider dedup.
+WITH applied AS (
+    INSERT INTO {schema}.chaos_effects (job_n, job_id, kind, idem_key, lock_token, fence, attempt, pid, worker_wall)
+    VALUES (%(n)s, %(job_id)s, 'guarded', %(key)s, %(token)s, %(fence)s, %(attempt)s, %(pid)s, to_timestamp(%(wall)s))
+    ON CONFLICT (idem_key) WHERE kind = 'guarded' DO NOTHING
+    RETURNING id
+), dedup AS (
+    INSERT INTO {schema}.chaos_effects (job_n, job_id, kind, idem_key, lock_token, fence, attempt, pid, worker_wall)
+    SELECT %(n)s, %(job_id)s, 'guarded_provider_dedup', %(key)s, %(token)s, %(fence)s, %(attempt)s, %(pid)s,
+           to_timestamp(%(wall)s)
+    WHERE NOT EXISTS (SELECT 1 FROM applied)
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM applied)::int AS applied, (SELECT count(*) FROM dedup)::int AS deduplicated;
+
+-- name: chaos_effect_unguarded
+-- The unguarded counter: a plain insert on every attempt that reaches it (what happens without the guard).
+INSERT INTO {schema}.chaos_effects (job_n, job_id, kind, idem_key, lock_token, fence, attempt, pid, worker_wall)
+VALUES (%(n)s, %(job_id)s, 'unguarded', NULL, %(token)s, %(fence)s, %(attempt)s, %(pid)s, to_timestamp(%(wall)s))
+RETURNING id;
+
+-- name: chaos_fault_fire
+-- Record a job-level fault (kill marker, hang) at most once per job and kind; returns a row only when this call fired it.
+INSERT INTO {schema}.chaos_faults (kind, pid, job_id, lock_token, detail)
+VALUES (%(kind)s, %(pid)s, %(job_id)s, %(token)s, %(detail)s)
+ON CONFLICT (job_id, kind) WHERE job_id IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: chaos_fault_record
+-- Record a harness-level fault (SIGSTOP, partition, restart, process exit, clock skew) at a given DB time.
+INSERT INTO {schema}.chaos_faults (kind, pid, detail, started_at, ended_at)
+VALUES (%(kind)s, %(pid)s, %(detail)s, to_timestamp(%(started)s), to_timestamp(%(ended)s))
+RETURNING id;
+
+-- name: chaos_fence_note
+-- Note that an attempt stopped on LeaseLost: before any write (self_fenced) or because eff.succeeded() was rejected.
+INSERT INTO {schema}.chaos_fences (lock_token, job_id, kind, pid)
+VALUES (%(token)s, %(job_id)s, %(kind)s, %(pid)s)
+ON CONFLICT (lock_token) DO NOTHING;
+
+-- name: chaos_lease_sample
+-- Remember the latest lease expiry seen for every running attempt (a sound lower bound for the no-early-reap check).
+INSERT INTO {schema}.chaos_lease_samples AS s (lock_token, job_id, max_lease_expires_at, last_sampled_at)
+SELECT lock_token, id, lease_expires_at, now() FROM {schema}.jobs
+WHERE status = 'running' AND lock_token IS NOT NULL
+ON CONFLICT (lock_token) DO UPDATE
+SET max_lease_expires_at = greatest(s.max_lease_expires_at, excluded.max_lease_expires_at),
+    last_sampled_at = excluded.last_sampled_at;
+
+-- name: chaos_progress
+-- Jobs of the run by state: total, terminal, running, pending.
+SELECT count(*)::int AS total,
+       count(*) FILTER (WHERE status IN ('completed', 'failed'))::int AS terminal,
+       count(*) FILTER (WHERE status = 'running')::int AS running,
+       count(*) FILTER (WHERE status = 'pending')::int AS pending
+FROM {schema}.jobs WHERE queue_name = %(queue)s;
+
+-- name: chaos_jobs_summary
+-- One row per job: state, cause, completions and their tokens, the final claim's token, effect counts.
+WITH ev AS (
+    SELECT job_id,
+           count(*) FILTER (WHERE event = 'claimed') AS claims,
+           count(*) FILTER (WHERE event = 'completed') AS completions,
+           array_agg(lock_token ORDER BY id) FILTER (WHERE event = 'completed') AS completion_tokens,
+           (array_agg(lock_token ORDER BY id DESC) FILTER (WHERE event = 'claimed'))[1] AS final_claim_token
+    FROM {schema}.job_events GROUP BY job_id
+), eff AS (
+    SELECT job_id,
+           count(*) FILTER (WHERE kind = 'guarded') AS guarded,
+           count(*) FILTER (WHERE kind = 'guarded_provider_dedup') AS provider_dedups,
+           count(*) FILTER (WHERE kind = 'unguarded') AS unguarded
+    FROM {schema}.chaos_effects GROUP BY job_id
+)
+SELECT j.id, (j.payload ->> 'n')::int AS n, j.payload ->> 'fault' AS planned_fault, j.status::text AS status,
+       j.last_error_code, j.attempt_count, j.lease_expiry_count,
+       coalesce(ev.claims, 0)::int AS claims, coalesce(ev.completions, 0)::int AS completions,
+       coalesce(ev.completion_tokens, '{}'::uuid[]) AS completion_tokens, ev.final_claim_token,
+       coalesce(eff.guarded, 0)::int AS guarded, coalesce(eff.provider_dedups, 0)::int AS provider_dedups,
+       coalesce(eff.unguarded, 0)::int AS unguarded,
+       (x.status = 'succeeded') AS execution_succeeded
+FROM {schema}.jobs j
+LEFT JOIN ev ON ev.job_id = j.id
+LEFT JOIN eff ON eff.job_id = j.id
+LEFT JOIN {schema}.job_executions x ON x.idempotency_key = 'chaos:' || (j.payload ->> 'n') || ':v1'
+WHERE j.queue_name = %(queue)s
+ORDER BY j.id;
+
+-- name: chaos_reaps
+-- Every reap with its attempt's claim, owner, the latest lease expiry ever sampled, and what that token wrote afterwards.
+SELECT r.id AS event_id, r.job_id, r.event, r.lock_token, r.detail,
+       extract(epoch FROM r.created_at)::float8 AS reaped_at,
+       extract(epoch FROM c.created_at)::float8 AS claimed_at,
+       c.worker_id, w.pid,
+       extract(epoch FROM s.max_lease_expires_at)::float8 AS sampled_lease_expires_at,
+       (SELECT count(*) FROM {schema}.job_events a
+         WHERE a.job_id = r.job_id AND a.lock_token = r.lock_token AND a.id > r.id
+           AND a.event IN ('completed', 'retry_scheduled', 'dead_lettered', 'released', 'deferred'))::int
+           AS accepted_after,
+       (SELECT count(*) FROM {schema}.job_events a
+         WHERE a.job_id = r.job_id AND a.lock_token = r.lock_token
+           AND a.event IN ('stale_completion_rejected', 'stale_write_rejected', 'heartbeat_lost'))::int
+           AS rejections_recorded,
+       (SELECT f.kind FROM {schema}.chaos_fences f WHERE f.lock_token = r.lock_token) AS worker_fence
+FROM {schema}.job_events r
+LEFT JOIN {schema}.job_events c ON c.job_id = r.job_id AND c.lock_token = r.lock_token AND c.event = 'claimed'
+LEFT JOIN {schema}.workers w ON w.id = c.worker_id
+LEFT JOIN {schema}.chaos_lease_samples s ON s.lock_token = r.lock_token
+WHERE r.event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter') AND r.queue_name = %(queue)s
+ORDER BY r.id;
+
+-- name: chaos_faults_list
+-- Every injected fault, with the owning worker's pid for job-level faults.
+SELECT id, kind, pid, job_id, lock_token, detail,
+       extract(epoch FROM started_at)::float8 AS started_at,
+       extract(epoch FROM ended_at)::float8 AS ended_at
+FROM {schema}.chaos_faults ORDER BY id;
+
+-- name: chaos_event_counts
+-- Audit events of the run by type (claims, completions, rejected stale writes, reaps...).
+SELECT event, count(*)::int AS n FROM {schema}.job_events WHERE queue_name = %(queue)s GROUP BY event ORDER BY event;
+
+-- name: chaos_clock_offsets
+-- Per worker process, how far its wall clock was from the database clock when it wrote effects.
+SELECT pid, count(*)::int AS samples,
+       avg(extract(epoch FROM worker_wall - created_at))::float8 AS offset_seconds
+FROM {schema}.chaos_effects GROUP BY pid ORDER BY pid;
+
+-- name: chaos_workers
+-- The worker registry's pid for each worker id (to tie attempts to processes).
+SELECT id, pid FROM {schema}.workers;
+
+-- name: chaos_running_by_pid
+-- Running attempts per worker process (to aim SIGSTOP and partitions at workers holding jobs).
+SELECT w.pid, count(*)::int AS running
+FROM {schema}.jobs j JOIN {schema}.workers w ON w.id = j.locked_by
+WHERE j.status = 'running' GROUP BY w.pid;

@@ -1,0 +1,310 @@
+"""The invariants a chaos run must satisfy, checked from what the database recorded.
+
+Pure functions over rows read by :class:`tenure.chaos.store.ChaosStore` (no SQL, no clock):
+times are epoch seconds by the database clock. Each invariant yields a list of violations
+(empty = holds); figures are reported whatever the outcome.
+
+- ``all_terminal``: every planned job exists once and is completed or failed with a cause.
+- ``guarded_effect_exactly_once``: one applied guarded effect per completed job (at most one for
+  a dead-lettered job) and the execution store marks it succeeded.
+- ``single_completion``: at most one accepted completion per job, exactly one if completed.
+- ``stale_writes_fenced``: every accepted completion carries the final claim's token; no write
+  carrying a reaped token is accepted after its reap; every reaped attempt whose process
+  survived long enough to write again either left a recorded rejection (``heartbeat_lost``,
+  ``stale_completion_rejected`` or ``stale_write_rejected``) or provably wrote nothing: its
+  handler stopped on ``LeaseLost`` from ``check_lease()`` before any write (noted by the chaos
+  task as ``self_fenced``), or its ``eff.succeeded()`` was rejected by the execution store
+  (``effect_succeed_rejected``; counted apart, as the core records it only in a metric).
+- ``no_early_reap``: each reap happened more than ``grace`` after the attempt's lease expiry as
+  far as it can be known: the claim's lease (claim time + lease, exact), the latest expiry the
+  harness sampled while the attempt ran, and the expiry in the reap event's detail when the core
+  records it.
+- ``recovery_bounded``: each reap caused by a killed, stopped or partitioned process came within
+  lease + grace + reaper interval + margin of the fault; a hung handler's within
+  max_lease_total + grace + reaper interval + margin of its claim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+Row = dict[str, Any]
+
+INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "single_completion", "stale_writes_fenced",
+              "no_early_reap", "recovery_bounded")
+KILL_KINDS = ("kill_before_effect", "kill_after_effect", "kill_during_ack")
+EPSILON = 0.002
+"""Seconds of float rounding tolerated when comparing DB timestamps converted to epochs."""
+REJECTION_SETTLE = 2.0
+"""Seconds (plus two heartbeats) a surviving process gets to record the rejection of its stale attempt."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The timing settings the bounds are computed from."""
+
+    lease: float
+    grace: float
+    reaper_interval: float
+    heartbeat: float
+    max_lease_total: float
+    margin: float
+
+    @property
+    def recovery_bound(self) -> float:
+        return self.lease + self.grace + self.reaper_interval + self.margin
+
+    @property
+    def hang_bound(self) -> float:
+        return self.max_lease_total + self.grace + self.reaper_interval + self.margin
+
+
+@dataclass
+class Verdict:
+    """Violations per invariant plus the figures of the run."""
+
+    violations: dict[str, list[str]] = field(default_factory=lambda: {name: [] for name in INVARIANTS})
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.violations.values())
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank quantile (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        return datetime.fromisoformat(value).timestamp()
+    return None
+
+
+def check_jobs(verdict: Verdict, jobs: Sequence[Row], planned: int) -> None:
+    v = verdict.violations
+    seen = Counter(int(j["n"]) for j in jobs if j["n"] is not None)
+    missing = sorted(set(range(planned)) - set(seen))
+    duplicated = sorted(n for n, c in seen.items() if c > 1)
+    if missing:
+        v["all_terminal"].append(f"{len(missing)} planned job(s) never stored, e.g. n={missing[:5]}")
+    if duplicated:
+        v["all_terminal"].append(f"{len(duplicated)} job(s) stored twice, e.g. n={duplicated[:5]}")
+    status = Counter(str(j["status"]) for j in jobs)
+    dlq_causes = Counter(str(j["last_error_code"]) for j in jobs if j["status"] == "failed")
+    unguarded_dups = 0
+    jobs_with_unguarded_dups = 0
+    provider_dedups = 0
+    for j in jobs:
+        jid, st = j["id"], j["status"]
+        if st not in ("completed", "failed"):
+            v["all_terminal"].append(f"job {jid} (n={j['n']}) stuck in {st} after {j['attempt_count']} attempt(s)")
+        if st == "failed" and not j["last_error_code"]:
+            v["all_terminal"].append(f"job {jid} dead-lettered without a cause")
+        if j["completions"] > 1:
+            v["single_completion"].append(f"job {jid} has {j['completions']} accepted completions")
+        if st == "completed" and j["completions"] != 1:
+            v["single_completion"].append(f"job {jid} is completed with {j['completions']} completion events")
+        if st != "completed" and j["completions"]:
+            v["single_completion"].append(f"job {jid} is {st} but has a completion event")
+        final = j["final_claim_token"]
+        for token in j["completion_tokens"] or []:
+            if token != final:
+                v["stale_writes_fenced"].append(
+                    f"job {jid}: completion by token {str(token)[:8]} is not the final claim's {str(final)[:8]}")
+        if st == "completed":
+            if j["guarded"] != 1:
+                v["guarded_effect_exactly_once"].append(f"completed job {jid} applied its guarded effect "
+                                                        f"{j['guarded']} times")
+            if not j["execution_succeeded"]:
+                v["guarded_effect_exactly_once"].append(f"completed job {jid}: execution store not succeeded")
+        elif j["guarded"] > 1:
+            v["guarded_effect_exactly_once"].append(f"job {jid} applied its guarded effect {j['guarded']} times")
+        if j["unguarded"] > 1:
+            unguarded_dups += j["unguarded"] - 1
+            jobs_with_unguarded_dups += 1
+        provider_dedups += j["provider_dedups"]
+    verdict.figures.update({
+        "jobs_planned": planned,
+        "jobs_stored": len(jobs),
+        "jobs_completed": status.get("completed", 0),
+        "jobs_dead_lettered": status.get("failed", 0),
+        "dead_letter_causes": dict(sorted(dlq_causes.items())),
+        "attempts": sum(int(j["claims"]) for j in jobs),
+        "redelivered_jobs": sum(1 for j in jobs if j["claims"] > 1),
+        "guarded_effects_applied": sum(int(j["guarded"]) for j in jobs),
+        "guarded_provider_dedups": provider_dedups,
+        "unguarded_effects": sum(int(j["unguarded"]) for j in jobs),
+        "unguarded_duplicates": unguarded_dups,
+        "jobs_with_unguarded_duplicates": jobs_with_unguarded_dups,
+    })
+
+
+@dataclass(frozen=True)
+class _Window:
+    kind: str
+    pid: int | None
+    start: float
+    end: float
+
+
+def _fault_windows(faults: Iterable[Row]) -> tuple[list[_Window], dict[int, float], dict[str, Row]]:
+    """(process-level windows, exit time per pid, hang fault per token)."""
+    windows: list[_Window] = []
+    exits: dict[int, float] = {}
+    hangs: dict[str, Row] = {}
+    for f in faults:
+        kind, start = str(f["kind"]), float(f["started_at"])
+        end = float(f["ended_at"]) if f["ended_at"] is not None else start
+        pid = int(f["pid"]) if f["pid"] is not None else None
+        if kind in KILL_KINDS:
+            windows.append(_Window("kill", pid, start, start))
+        elif kind == "process_exit" and pid is not None:
+            exits[pid] = min(exits.get(pid, start), start)
+            windows.append(_Window("kill", pid, start, start))
+        elif kind == "worker_recycled" and pid is not None:  # a graceful restart: gone, not killed
+            exits[pid] = min(exits.get(pid, start), start)
+        elif kind == "hang" and f["lock_token"] is not None:
+            hangs[str(f["lock_token"])] = f
+        elif kind in ("sigstop", "partition_drop", "partition_blackhole"):
+            windows.append(_Window(kind, pid, start, end))
+        elif kind == "pg_restart":
+            windows.append(_Window(kind, None, start, end))
+    return windows, exits, hangs
+
+
+def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], timing: Timing,
+                run_end: float) -> None:
+    v = verdict.violations
+    windows, exits, hangs = _fault_windows(faults)
+    recovery: dict[str, list[float]] = defaultdict(list)
+    unexplained: list[str] = []
+    rejections_expected = rejections_found = self_fenced = effect_rejections = 0
+    for r in reaps:
+        jid, token = r["job_id"], str(r["lock_token"])
+        reaped_at = float(r["reaped_at"])
+        claimed_at = float(r["claimed_at"]) if r["claimed_at"] is not None else None
+        pid = int(r["pid"]) if r["pid"] is not None else None
+        # -- no early reap ------------------------------------------------------------------
+        known = [float(x) for x in (
+            (claimed_at + timing.lease) if claimed_at is not None else None,
+            r["sampled_lease_expires_at"],
+            _epoch((r["detail"] or {}).get("lease_expires_at")),
+        ) if x is not None]
+        if not known:
+            v["no_early_reap"].append(f"job {jid}: reap of token {token[:8]} with no claim event")
+        elif reaped_at - max(known) < timing.grace - EPSILON:
+            v["no_early_reap"].append(
+                f"job {jid}: token {token[:8]} reaped {reaped_at - max(known):.3f}s after its lease expiry "
+                f"(grace {timing.grace:g}s)")
+        # -- stale writes after the reap ----------------------------------------------------
+        if r["accepted_after"]:
+            v["stale_writes_fenced"].append(f"job {jid}: {r['accepted_after']} write(s) by reaped token "
+                                            f"{token[:8]} accepted after the reap")
+        # -- attribution and recovery -------------------------------------------------------
+        cause, since, bound = "unexplained", None, timing.recovery_bound
+        fault_end = reaped_at
+        if token in hangs:
+            cause, since, bound = "hang", claimed_at, timing.hang_bound
+        else:
+            own = [w for w in windows if w.pid is not None and w.pid == pid
+                   and (claimed_at is None or w.end >= claimed_at - EPSILON) and w.start <= reaped_at + EPSILON]
+            kills = [w for w in own if w.kind == "kill"]
+            held = [w for w in own if w.kind != "kill"]
+            restarts = [w for w in windows if w.kind == "pg_restart" and w.start <= reaped_at
+                        and reaped_at <= w.end + timing.recovery_bound + 10]
+            if kills:
+                cause, since = "kill", min(w.start for w in kills)
+            elif held:
+                w = held[0]
+                cause, since, fault_end = w.kind, max(w.start, claimed_at or w.start), max(w.end, reaped_at)
+            elif restarts:
+                w = restarts[-1]
+                cause, since, bound = "pg_restart", w.start, (w.end - w.start) + timing.recovery_bound + 10
+                fault_end = max(w.end, reaped_at)
+        if cause == "unexplained":
+            unexplained.append(f"job {jid} token {token[:8]} (pid {pid})")
+        elif since is not None:
+            took = reaped_at - since
+            recovery[cause].append(took)
+            if cause != "pg_restart" and took > bound + EPSILON:
+                v["recovery_bounded"].append(f"job {jid}: {cause} recovered after {took:.2f}s "
+                                             f"(bound {bound:.2f}s)")
+        # -- the survivor must have recorded its rejection ----------------------------------
+        if pid is not None and cause != "kill":
+            alive_until = exits.get(pid, run_end)
+            if alive_until >= max(reaped_at, fault_end) + 2 * timing.heartbeat + REJECTION_SETTLE:
+                rejections_expected += 1
+                fence = r.get("worker_fence")
+                if r["rejections_recorded"]:
+                    rejections_found += 1
+                elif fence == "self_fenced":
+                    self_fenced += 1  # stopped on check_lease() before writing anything: nothing to reject
+                elif fence == "effect_succeed_rejected":
+                    effect_rejections += 1  # rejected by the execution store; job_events lacks it (core gap)
+                else:
+                    v["stale_writes_fenced"].append(
+                        f"job {jid}: reaped token {token[:8]} of surviving pid {pid} ({cause}) left no "
+                        f"recorded rejection")
+    killed = recovery.get("kill", [])
+    all_faulted = [x for kind, xs in recovery.items() if kind != "pg_restart" for x in xs]
+    verdict.figures.update({
+        "reaps": len(reaps),
+        "reaps_by_cause": {k: len(xs) for k, xs in sorted(recovery.items())} | (
+            {"unexplained": len(unexplained)} if unexplained else {}),
+        "unexplained_reaps": unexplained[:20],
+        "recovery_seconds_killed": _stats(killed),
+        "recovery_seconds_all_faults": _stats(all_faulted),
+        "recovery_seconds_by_cause": {k: _stats(xs) for k, xs in sorted(recovery.items())},
+        "recovery_bound_seconds": round(timing.recovery_bound, 3),
+        "hang_recovery_bound_seconds": round(timing.hang_bound, 3),
+        "fenced_attempts_checked": rejections_expected,
+        "fenced_attempts_with_recorded_rejection": rejections_found,
+        "fenced_attempts_self_fenced_before_writing": self_fenced,
+        "fenced_attempts_effect_succeed_rejected_unrecorded": effect_rejections,
+    })
+
+
+def _stats(values: Sequence[float]) -> dict[str, float | int | None]:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 3)
+    return {"n": len(values), "p50": r(quantile(values, 0.5)), "p99": r(quantile(values, 0.99)),
+            "max": r(max(values) if values else None)}
+
+
+def check_all(*, jobs: Sequence[Row], reaps: Sequence[Row], faults: Sequence[Row], events: dict[str, int],
+              planned: int, timing: Timing, run_end: float) -> Verdict:
+    verdict = Verdict()
+    check_jobs(verdict, jobs, planned)
+    check_reaps(verdict, reaps, faults, timing, run_end)
+    kinds = Counter(str(f["kind"]) for f in faults)
+    during_ack = [f for f in faults if f["kind"] == "kill_during_ack"]
+    completed_tokens = {str(t) for j in jobs for t in (j["completion_tokens"] or [])}
+    verdict.figures.update({
+        "faults_injected": dict(sorted(kinds.items())),
+        "kill_during_ack_outcomes": {
+            "ack_committed_first": sum(1 for f in during_ack if str(f["lock_token"]) in completed_tokens),
+            "killed_first": sum(1 for f in during_ack if str(f["lock_token"]) not in completed_tokens)},
+        "stale_writes_rejected": {k: events.get(k, 0) for k in
+                                  ("stale_completion_rejected", "stale_write_rejected", "heartbeat_lost")},
+        "stale_writes_rejected_total": sum(events.get(k, 0) for k in
+                                           ("stale_completion_rejected", "stale_write_rejected", "heartbeat_lost")),
+        "events": dict(sorted(events.items())),
+    })
+    return verdict

@@ -1,0 +1,112 @@
+"""The chaos harness's one SQL-running module: named queries from ``chaos.sql``.
+
+A documented exception to "only core/repository.py runs SQL": the harness and its task keep
+their own tables (effects, faults, lease samples) in the run's schema, and this module is the
+only place outside the repository that executes SQL, always named queries from a ``.sql`` file
+loaded with :func:`tenure.core.queries.parse_named_queries`. Nothing here touches tenure's own
+tables except to read them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from tenure.core.queries import parse_named_queries, quote_ident
+
+Row = dict[str, Any]
+
+
+@lru_cache(maxsize=None)
+def chaos_queries(schema: str) -> dict[str, str]:
+    """The harness's queries with ``{schema}`` replaced by the quoted schema."""
+    text = resources.files("tenure.chaos").joinpath("chaos.sql").read_text(encoding="utf-8")
+    quoted = quote_ident(schema)
+    return {name: sql.replace("{schema}", quoted) for name, (_, sql) in parse_named_queries(text).items()}
+
+
+class ChaosStore:
+    """Named chaos queries bound to one (autocommit) connection and one schema."""
+
+    def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
+        self.conn = conn
+        self.schema = schema
+        self._q = chaos_queries(schema)
+
+    def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self._q[name], params)
+            return cur.fetchall() if cur.description else []
+
+    # -- setup and clock ----------------------------------------------------------------------
+    def setup(self) -> None:
+        self._rows("chaos_setup")
+
+    def drop_schema(self) -> None:
+        self._rows("chaos_schema_drop")
+
+    def db_now(self) -> float:
+        return float(self._rows("chaos_db_now")[0]["epoch"])
+
+    # -- written by the chaos task ------------------------------------------------------------
+    def effect_guarded(self, *, n: int, job_id: int, key: str, token: uuid.UUID, fence: int, attempt: int,
+                       pid: int, wall: float) -> bool:
+        """Send the guarded effect; True when applied, False when the provider deduplicated it."""
+        row = self._rows("chaos_effect_guarded", {"n": n, "job_id": job_id, "key": key, "token": token,
+                                                  "fence": fence, "attempt": attempt, "pid": pid, "wall": wall})
+        return bool(row and row[0]["applied"])
+
+    def effect_unguarded(self, *, n: int, job_id: int, token: uuid.UUID, fence: int, attempt: int,
+                         pid: int, wall: float) -> None:
+        self._rows("chaos_effect_unguarded", {"n": n, "job_id": job_id, "token": token, "fence": fence,
+                                              "attempt": attempt, "pid": pid, "wall": wall})
+
+    def fault_fire(self, kind: str, *, job_id: int, token: uuid.UUID, pid: int,
+                   detail: dict[str, Any] | None = None) -> bool:
+        """Record a job-level fault; True only for the first call per job and kind."""
+        return bool(self._rows("chaos_fault_fire", {"kind": kind, "pid": pid, "job_id": job_id, "token": token,
+                                                    "detail": Jsonb(detail or {})}))
+
+    def fence_note(self, kind: str, *, job_id: int, token: uuid.UUID, pid: int) -> None:
+        """Note that an attempt stopped on LeaseLost (``self_fenced`` or ``effect_succeed_rejected``)."""
+        self._rows("chaos_fence_note", {"kind": kind, "job_id": job_id, "token": token, "pid": pid})
+
+    # -- written by the harness ---------------------------------------------------------------
+    def fault_record(self, kind: str, *, pid: int | None, started: float, ended: float | None = None,
+                     detail: dict[str, Any] | None = None) -> None:
+        self._rows("chaos_fault_record", {"kind": kind, "pid": pid, "started": started, "ended": ended,
+                                          "detail": Jsonb(detail or {})})
+
+    def lease_sample(self) -> None:
+        self._rows("chaos_lease_sample")
+
+    def running_by_pid(self) -> dict[int, int]:
+        return {int(r["pid"]): int(r["running"]) for r in self._rows("chaos_running_by_pid")}
+
+    def progress(self, queue: str) -> Row:
+        return self._rows("chaos_progress", {"queue": queue})[0]
+
+    # -- read at the end ----------------------------------------------------------------------
+    def jobs_summary(self, queue: str) -> list[Row]:
+        return self._rows("chaos_jobs_summary", {"queue": queue})
+
+    def reaps(self, queue: str) -> list[Row]:
+        return self._rows("chaos_reaps", {"queue": queue})
+
+    def faults(self) -> list[Row]:
+        return self._rows("chaos_faults_list")
+
+    def event_counts(self, queue: str) -> dict[str, int]:
+        return {str(r["event"]): int(r["n"]) for r in self._rows("chaos_event_counts", {"queue": queue})}
+
+    def clock_offsets(self) -> list[Row]:
+        return self._rows("chaos_clock_offsets")
+
+    def workers(self) -> dict[str, int]:
+        return {str(r["id"]): int(r["pid"]) for r in self._rows("chaos_workers")}

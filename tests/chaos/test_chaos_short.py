@@ -1,0 +1,64 @@
+"""The short chaos run CI executes: fixed seed, real processes, every fault kind, all invariants.
+
+Runs `tenure chaos` as a subprocess (the same command users run) on its own embedded PostgreSQL,
+so the PostgreSQL restart fault is exercised too. Fails on any violated invariant, and also when
+a fault kind never fired (a run that injects nothing proves nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tenure.chaos.harness import find_libfaketime
+
+pytestmark = pytest.mark.chaos
+
+SEED = 7
+COMMAND = ["chaos", "--jobs", "300", "--duration", "40", "--workers", "3", "--reapers", "2", "--lease", "2",
+           "--heartbeat", "0.5", "--grace", "1", "--reaper-interval", "0.5", "--max-lease-total", "6",
+           "--kills-per-kind", "3", "--hangs", "2", "--sigstops", "2", "--partitions", "2", "--pg-restarts", "1",
+           "--skew", "5m", "--seed", str(SEED), "--quiet"]
+
+
+def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
+    if find_libfaketime() is None and os.environ.get("CI"):
+        pytest.fail("libfaketime missing: run scripts/tools/faketime.sh (the clock-skew fault needs it in CI)")
+    env = {k: v for k, v in os.environ.items() if k not in ("TENURE_DATABASE_URL", "TENURE_LOG_JSON")}
+    env["TENURE_HOME"] = str(tmp_path / "home")
+    report_path = tmp_path / "report.json"
+    result = subprocess.run([sys.executable, "-m", "tenure.cli", *COMMAND, "--report", str(report_path),
+                             "--log-dir", str(tmp_path / "logs")],
+                            env=env, capture_output=True, text=True, timeout=280)
+    print(result.stdout)
+    print(result.stderr[-3000:])
+    assert report_path.exists(), f"no report (exit {result.returncode})"
+    report = json.loads(report_path.read_text())
+    assert report["violations"] == {name: [] for name in report["violations"]}
+    assert result.returncode == 0 and report["ok"]
+
+    figures = report["figures"]
+    assert figures["jobs_planned"] == figures["jobs_stored"] == 300
+    assert figures["jobs_completed"] + figures["jobs_dead_lettered"] == 300
+    faults = figures["faults_injected"]
+    for kind in ("kill_before_effect", "kill_after_effect", "kill_during_ack", "hang", "sigstop",
+                 "partition_drop", "partition_blackhole", "pg_restart", "clock_skew", "process_exit"):
+        assert faults.get(kind, 0) >= 1, f"fault {kind} never fired: {faults}"
+    causes = figures["reaps_by_cause"]
+    assert causes.get("kill", 0) >= 1 and causes.get("hang", 0) >= 1, causes
+    assert causes.get("sigstop", 0) + causes.get("partition_drop", 0) + causes.get("partition_blackhole", 0) >= 1
+    # The figure the guard saves: redeliveries re-ran the unguarded effect, never the guarded one.
+    assert figures["unguarded_duplicates"] >= 1
+    # Exactly once per completed job; a dead-lettered job may have applied it before it died.
+    assert figures["jobs_completed"] <= figures["guarded_effects_applied"] <= 300
+    assert figures["stale_writes_rejected_total"] >= 1
+    assert figures["fenced_attempts_checked"] >= 1
+    assert figures["recovery_seconds_killed"]["n"] >= 1
+    assert figures["recovery_seconds_killed"]["max"] <= figures["recovery_bound_seconds"]
+    offsets = report["clock_skew"]["observed_offsets_by_pid"].values()
+    assert any(o > 290 for o in offsets) and any(o < -290 for o in offsets), report["clock_skew"]
