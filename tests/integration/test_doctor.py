@@ -5,19 +5,16 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import suppress
 
-import psycopg
 import pytest
 
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import connect
+from tenure.chaos.proxy import TcpProxy
 from tenure.core.repository import Repository
 from tenure.observability.doctor import Doctor, DoctorConfig, Report
 from tenure.reaper.reaper import Reaper, ReaperConfig
@@ -198,49 +195,12 @@ def test_cli_json_shape_and_exit_codes(dsn: str, schema: str, repo: Repository) 
     assert bad.returncode == 2 and bad.stderr.strip().startswith("tenure: error:") and bad.stdout == ""
 
 
-class SlowLink:
-    """A TCP relay to PostgreSQL that delays every chunk it forwards: storage that is really slow."""
-
-    def __init__(self, dsn: str, delay: float) -> None:
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-        self.target = (str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
-        self.delay = delay
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        info.update(host="127.0.0.1", port=str(self.listener.getsockname()[1]))
-        self.dsn = psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v is not None})
-        self.socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            self.socks += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        with suppress(OSError):
-            while data := src.recv(65536):
-                time.sleep(self.delay)
-                dst.sendall(data)
-
-    def close(self) -> None:
-        self.listener.close()
-        for s in self.socks:
-            with suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-
 @pytest.fixture
-def slow_link(dsn: str) -> Iterator[SlowLink]:
-    link = SlowLink(dsn, delay=0.08)  # ~160 ms per round trip
-    yield link
-    link.close()
+def slow_link(dsn: str) -> Iterator[str]:
+    """A DSN through a proxy that delays every chunk: storage that is really slow."""
+    link = TcpProxy.to(dsn, delay=0.08)  # ~160 ms per round trip
+    yield link.dsn_for(dsn)
+    link.stop()
 
 
 def _late_heartbeat(repo: Repository) -> int:
@@ -263,9 +223,9 @@ def test_late_heartbeats_on_fast_storage_point_at_a_starved_loop(repo: Repositor
 
 
 def test_slow_storage_is_measured_and_named_as_the_cause(schema: str, repo: Repository,
-                                                         slow_link: SlowLink) -> None:
+                                                         slow_link: str) -> None:
     job_id = _late_heartbeat(repo)
-    with connect(slow_link.dsn) as slow_conn:
+    with connect(slow_link) as slow_conn:
         report = _run(Repository(slow_conn, schema), rtt_samples=3)
     [slow] = [f for f in report.findings if f.code == "slow_storage"]
     assert slow.evidence["rtt_median_seconds"] > slow.evidence["limit_seconds"] == 0.1

@@ -9,20 +9,17 @@ the test cuts.
 from __future__ import annotations
 
 import random
-import socket
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import suppress
 from http.server import ThreadingHTTPServer
 
-import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from tenure.core.backoff import RetryPolicy
+from tenure.chaos.proxy import TcpProxy
 from tenure.core.repository import Repository
 from tenure.core.stats import QueueStats
 from tenure.observability.exporter import QueueCollector
@@ -45,72 +42,13 @@ GAUGES = {
 }
 
 
-class Relay:
-    """A TCP relay to PostgreSQL that the test can cut (every connection dropped, new ones refused)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.open = True
-        self.socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.open:
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            self.socks += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        with suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        for s in (src, dst):
-            with suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        self.open = False
-        for s in self.socks:
-            with suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-        self.socks.clear()
-
-    def restore(self) -> None:
-        self.open = True
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
-
-
 @pytest.fixture
-def relay(dsn: str) -> Iterator[Relay]:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    r = Relay(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
-    yield r
-    r.close()
-
-
-def _relayed_dsn(dsn: str, relay: Relay) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info.update(host="127.0.0.1", port=str(relay.port))
-    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v is not None})
+def relay(dsn: str) -> Iterator[TcpProxy]:
+    """A TCP proxy to PostgreSQL that the test can cut (``drop``: every connection aborted, new
+    ones refused) and heal (``pass``)."""
+    proxy = TcpProxy.to(dsn)
+    yield proxy
+    proxy.stop()
 
 
 def _stop(server: ThreadingHTTPServer, collector: QueueCollector) -> None:
@@ -203,9 +141,9 @@ def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> N
 
 
 def test_endpoint_answers_and_errors_rise_while_the_database_is_unreachable(
-        dsn: str, schema: str, repo: Repository, relay: Relay) -> None:
+        dsn: str, schema: str, repo: Repository, relay: TcpProxy) -> None:
     repo.enqueue("t", queue="q1")
-    collector = QueueCollector(_relayed_dsn(dsn, relay), schema, min_interval=0, completed_interval=0)
+    collector = QueueCollector(relay.dsn_for(dsn), schema, min_interval=0, completed_interval=0)
     registry = CollectorRegistry()
     registry.register(collector)
     server = serve(0, registry, host="127.0.0.1")
@@ -217,7 +155,7 @@ def test_endpoint_answers_and_errors_rise_while_the_database_is_unreachable(
         last_success = ok["tenure_exporter_last_success_timestamp_seconds"][()]
         assert last_success > time.time() - 60
 
-        relay.cut()
+        relay.set_mode("drop")
         for expected_errors in (1, 2):
             down = _scrape(port)  # still HTTP 200
             assert down["tenure_exporter_errors_total"][()] == expected_errors
@@ -226,7 +164,7 @@ def test_endpoint_answers_and_errors_rise_while_the_database_is_unreachable(
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
             assert resp.status == 200
 
-        relay.restore()
+        relay.set_mode("pass")
         deadline = time.monotonic() + 15
         while True:
             back = _scrape(port)

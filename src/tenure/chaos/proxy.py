@@ -31,8 +31,11 @@ class _Pair:
 class TcpProxy:
     """Listens on 127.0.0.1:<port> and forwards to ``upstream_host:upstream_port``."""
 
-    def __init__(self, upstream_host: str, upstream_port: int, listen_port: int = 0) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, listen_port: int = 0, *,
+                 delay: float = 0.0) -> None:
+        """``delay``: seconds each forwarded chunk waits (slow storage or a slow link)."""
         self.upstream_host, self.upstream_port = upstream_host, upstream_port
+        self.delay = delay
         self._listen_port = listen_port
         self.port = 0
         self.mode = "pass"
@@ -57,6 +60,22 @@ class TcpProxy:
         asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+    @classmethod
+    def to(cls, dsn: str, *, delay: float = 0.0) -> TcpProxy:
+        """A started proxy in front of the server that ``dsn`` names (TCP DSNs only)."""
+        import psycopg
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        proxy = cls(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432), delay=delay)
+        proxy.start()
+        return proxy
+
+    def dsn_for(self, dsn: str) -> str:
+        """``dsn`` rewritten to connect through this proxy."""
+        import psycopg
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        info.update(host="127.0.0.1", port=str(self.port))
+        return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v is not None})
 
     def set_mode(self, mode: str) -> None:
         """Switch to ``pass`` (heal), ``drop`` or ``blackhole``; returns once applied."""
@@ -130,6 +149,8 @@ class TcpProxy:
                 if not data:
                     break
                 await self._flowing.wait()
+                if self.delay:
+                    await asyncio.sleep(self.delay)
                 if pair not in self._pairs:
                     break
                 writer.write(data)
