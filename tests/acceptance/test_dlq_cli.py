@@ -9,7 +9,7 @@ import pytest
 
 from tenure.core.repository import JobSpec, Repository
 
-from conftest import run_cli
+from support.processes import run_cli
 
 pytestmark = pytest.mark.acceptance
 

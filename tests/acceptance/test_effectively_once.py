@@ -11,7 +11,7 @@ import pytest
 from support.fake_provider import FakeProvider
 from tenure.core.repository import Repository
 
-from conftest import wait_for
+from support.processes import wait_for
 
 pytestmark = pytest.mark.acceptance
 

@@ -14,7 +14,7 @@ import pytest
 
 from tenure.core.repository import Repository
 
-from conftest import run_cli, wait_for
+from support.processes import run_cli, wait_for
 
 pytestmark = pytest.mark.acceptance
 

@@ -242,3 +242,14 @@ def test_queue_stats_reports_queues_with_only_completed_jobs(repo: Repository) -
     assert (s.queue, s.completed, s.ready, s.running) == ("done_only", 1, 0, 0)
     assert repo.queue_stats("done_only", completed=False) == []
     assert repo.queue_stats(completed={"done_only": 7})[0].completed == 7
+
+
+def test_queue_stats_keeps_reaped_totals_of_a_queue_with_only_completed_jobs(repo: Repository) -> None:
+    repo.enqueue("t", queue="recovered")
+    repo.claim("dead", ["recovered"], 1, 0.05)
+    time.sleep(0.1)
+    assert len(_reap_all(repo)) == 1
+    [job] = repo.claim("alive", ["recovered"], 1, 30)
+    repo.complete_many("alive", [(job.id, job.lock_token)])
+    [s] = repo.queue_stats("recovered")
+    assert (s.completed, s.reaped_total, s.running) == (1, 1, 0)

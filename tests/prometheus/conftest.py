@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from support.processes import spawner
+from support.processes import tenure_env as tenure_env_for
+
 HERE = Path(__file__).parent
 
 
@@ -42,10 +45,7 @@ def alertmanager_bin() -> str:
 @pytest.fixture
 def tenure_env(dsn: str, schema: str) -> dict[str, str]:
     """Environment for `tenure` subprocesses: the test schema and the `livestack` task module."""
-    env = {**os.environ, "TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema,
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    env.pop("TENURE_LOG_JSON", None)
-    return env
+    return tenure_env_for(dsn, schema, HERE)
 
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
@@ -53,22 +53,7 @@ Spawn = Callable[..., subprocess.Popen[bytes]]
 
 @pytest.fixture
 def tenure_proc(tenure_env: dict[str, str], tmp_path: Path) -> Iterator[Spawn]:
-    """Start `tenure ARGS...` subprocesses; each one still running at teardown is killed (by pid)."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> subprocess.Popen[bytes]:
-        name = f"tenure-{len(procs)}-{args[0]}.log"
-        with open(tmp_path / name, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "tenure.cli", *args], env=tenure_env,
-                                    stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            with suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGCONT)  # resume a SIGSTOPped one so it is reaped promptly
-            p.kill()
-        p.wait(timeout=15)
+    """Start `tenure ARGS...` subprocesses; each one still running at teardown is killed."""
+    with spawner(tenure_env, tmp_path) as start:
+        yield start  # type: ignore[misc]
 

@@ -291,6 +291,7 @@ WITH pending AS (
 ), queues AS (
     SELECT queue_name FROM pending UNION SELECT queue_name FROM running
     UNION SELECT queue_name FROM failed UNION SELECT queue_name FROM live
+    UNION SELECT queue_name FROM reaped
 )
 SELECT q.queue_name AS queue,
        coalesce(p.ready, 0)::bigint AS ready, coalesce(p.scheduled, 0)::bigint AS scheduled,
