@@ -100,7 +100,24 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-class Prometheus:
+class _Daemon:
+    """A server subprocess with its log file; ``stop()`` terminates it, then kills if needed."""
+
+    proc: subprocess.Popen[bytes]
+    log: Any
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.log.close()
+
+
+class Prometheus(_Daemon):
     """A real Prometheus server started with a generated config (scrape and evaluation 1s)."""
 
     def __init__(self, binary: str, workdir: Path, *, targets: dict[str, Sequence[int]],
@@ -154,18 +171,9 @@ class Prometheus:
         data = self.api("targets")
         return {t["scrapeUrl"]: t["health"] for t in data.get("data", {}).get("activeTargets", [])}
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
 
 
-class Alertmanager:
+class Alertmanager(_Daemon):
     """A real Alertmanager routing every alert to one webhook, with send_resolved."""
 
     def __init__(self, binary: str, workdir: Path, webhook_url: str) -> None:
@@ -196,15 +204,6 @@ class Alertmanager:
         self.log.flush()
         return Path(self.log.name).read_text(errors="replace")[-4000:]
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
 
 
 class WebhookReceiver:

@@ -524,15 +524,9 @@ def render_text(report: Report) -> str:
 
 # -- CLI --------------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
 def _duration(text: str) -> float:
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 30s, 5m, 2h)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    from tenure.cli import duration  # the CLI's one duration syntax (30s, 5m, 2h)
+    return duration(text)
 
 
 def add_parser(sub: Any) -> None:
