@@ -40,8 +40,11 @@ INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "single_completion"
 KILL_KINDS = ("kill_before_effect", "kill_after_effect", "kill_during_ack")
 EPSILON = 0.002
 """Seconds of float rounding tolerated when comparing DB timestamps converted to epochs."""
-REJECTION_SETTLE = 2.0
-"""Seconds (plus two heartbeats) a surviving process gets to record the rejection of its stale attempt."""
+REJECTION_SETTLE = 7.0
+"""Seconds (plus two heartbeats) a surviving process gets to record the rejection of its stale attempt:
+the worker's reconnect backoff (up to 5 s after a restart or partition) plus 2 s. A process that exits
+sooner is not asked for evidence (the 30-minute soak flagged 6 attempts of a worker restarted 5 s
+after a PostgreSQL restart, when this was 2 s)."""
 
 
 @dataclass(frozen=True)
