@@ -137,6 +137,10 @@ def test_suggestions_follow_the_observed_runtime(repo: Repository) -> None:
     assert s.heartbeat_seconds <= s.lease_seconds / 3 and s.heartbeat_seconds > 0
     assert s.grace_seconds >= s.heartbeat_seconds
     assert s.current_heartbeat_seconds == 1.0 and s.current_lease_seconds is None
+    # Nothing is running, so the current lease comes from what live workers registered.
+    repo.worker_register("w-l", host="h", pid=1, queues=["default"], concurrency=1, heartbeat_seconds=1.0,
+                         version="t", lease_seconds=12.0)
+    assert _run(repo, lease_margin=4.0, lease_floor_seconds=0.0).suggestions[0].current_lease_seconds == 12.0
     # The floor applies when the runtime is short.
     [floored] = _run(repo, lease_margin=2.0, lease_floor_seconds=10.0).suggestions
     assert floored.lease_seconds == 10.0 and floored.heartbeat_seconds == pytest.approx(3.3)

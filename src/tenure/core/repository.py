@@ -378,10 +378,11 @@ class Repository:
 
     # -- worker registry --------------------------------------------------------------------
     def worker_register(self, worker_id: str, *, host: str, pid: int, queues: Sequence[str],
-                        concurrency: int, heartbeat_seconds: float, version: str) -> None:
+                        concurrency: int, heartbeat_seconds: float, version: str,
+                        lease_seconds: float | None = None) -> None:
         self._rows("worker_register", {"id": worker_id, "host": host, "pid": pid, "queues": list(queues),
                                        "concurrency": concurrency, "heartbeat_seconds": heartbeat_seconds,
-                                       "version": version})
+                                       "version": version, "lease_seconds": lease_seconds})
 
     def worker_touch(self, worker_id: str) -> None:
         self._rows("worker_touch", {"id": worker_id})

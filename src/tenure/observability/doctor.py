@@ -457,6 +457,9 @@ class Doctor:
             leases = [j["lease_remaining_seconds"] + j["heartbeat_lag_seconds"] for j in running
                       if (j["queue_name"], j["task"]) == (queue, task) and j["lease_remaining_seconds"] >= 0]
             hbs = [float(w["heartbeat_seconds"]) for w in workers if w["alive"] and queue in (w["queues"] or [])]
+            if not leases:  # nothing running: the leases live workers registered with
+                leases = [float(w["lease_seconds"]) for w in workers
+                          if w["alive"] and w.get("lease_seconds") and queue in (w["queues"] or [])]
             out.append(Suggestion(
                 queue=queue, task=task, runs=int(q["runs"]), runtime_p50_seconds=float(q["p50"]),
                 runtime_p99_seconds=p99, lease_seconds=lease, heartbeat_seconds=heartbeat, grace_seconds=grace,

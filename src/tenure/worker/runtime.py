@@ -256,7 +256,8 @@ class Worker:
         repo.check_schema()
         repo.worker_register(self.worker_id, host=socket.gethostname(), pid=os.getpid(),
                              queues=list(self.config.queues), concurrency=self.config.concurrency,
-                             heartbeat_seconds=self.config.heartbeat.interval, version=__version__)
+                             heartbeat_seconds=self.config.heartbeat.interval, version=__version__,
+                             lease_seconds=self.config.heartbeat.lease)
         log.info("worker %s serving %s (concurrency %d, lease %gs, heartbeat %gs)", self.worker_id,
                  ",".join(self.config.queues), self.config.concurrency, self.config.heartbeat.lease,
                  self.config.heartbeat.interval, extra={"worker_id": self.worker_id})

@@ -322,8 +322,9 @@ GROUP BY queue_name ORDER BY queue_name;
 
 -- name: worker_register
 -- Add this process to the worker registry (R9).
-INSERT INTO {schema}.workers (id, host, pid, queues, concurrency, heartbeat_seconds, version)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(heartbeat_seconds)s, %(version)s)
+INSERT INTO {schema}.workers (id, host, pid, queues, concurrency, heartbeat_seconds, version, lease_seconds)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(heartbeat_seconds)s, %(version)s,
+        %(lease_seconds)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopped_at = NULL;
 
 -- name: worker_touch
@@ -336,7 +337,8 @@ UPDATE {schema}.workers SET stopped_at = now(), last_seen_at = now() WHERE id = 
 
 -- name: worker_list
 -- The registry with each worker's liveness judged by the DB clock.
-SELECT id, host, pid, queues, concurrency, heartbeat_seconds, version, started_at, last_seen_at, stopped_at,
+SELECT id, host, pid, queues, concurrency, heartbeat_seconds, lease_seconds, version, started_at, last_seen_at,
+       stopped_at,
        extract(epoch FROM now() - last_seen_at)::float8 AS silent_seconds,
        (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_seconds)) AS alive
 FROM {schema}.workers

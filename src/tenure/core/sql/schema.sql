@@ -85,7 +85,8 @@ CREATE TABLE workers (
     version             text        NOT NULL,
     started_at          timestamptz NOT NULL DEFAULT now(),
     last_seen_at        timestamptz NOT NULL DEFAULT now(),
-    stopped_at          timestamptz
+    stopped_at          timestamptz,
+    lease_seconds       double precision
 );
 CREATE INDEX workers_last_seen_idx ON workers (last_seen_at) WHERE stopped_at IS NULL;
 
