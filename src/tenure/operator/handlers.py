@@ -289,7 +289,11 @@ def reconcile_jobqueue(
             conditions = upsert_condition(
                 conditions, CONDITION_DEGRADED, False, "Healthy", "", now, generation
             )
-        status["conditions"] = conditions
+        if error_reason is not None or scale:
+            # A successful change pass leaves conditions to the timer's full passes: kopf runs
+            # the two concurrently, and a list built from an older body would replace newer
+            # conditions wholesale (the e2e suite caught Ready=True with Degraded missing).
+            status["conditions"] = conditions
         if generation is not None:
             status["observedGeneration"] = generation
         return Outcome(status, tuple(events), error_reason, error_message, permanent)
