@@ -77,7 +77,7 @@ def test_heartbeat_must_be_at_most_a_third_of_the_lease(lease: float, interval: 
 def test_worker_and_reaper_config_validation() -> None:
     WorkerConfig().validate()
     ReaperConfig().validate()
-    for bad in (WorkerConfig(concurrency=0), WorkerConfig(queues=()),
+    for bad in (WorkerConfig(concurrency=0), WorkerConfig(queues=()), WorkerConfig(queues=("",)),
                 WorkerConfig(reaper=ReaperConfig(grace=1), heartbeat=HeartbeatConfig(lease=30, interval=5))):
         with pytest.raises(ConfigError):
             bad.validate()

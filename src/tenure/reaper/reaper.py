@@ -17,7 +17,10 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import psycopg
 
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import connect
@@ -76,6 +79,7 @@ class Reaper:
         self.rng = rng or random.Random()
         self.cycles = 0
         self.reaped_total = 0
+        self.last_cycle_seconds = 0.0
 
     def decide(self, cand: ReapCandidate) -> ReapDecision | None:
         """Requeue with backoff, dead-letter, or (None) leave it for a later cycle."""
@@ -112,16 +116,17 @@ class Reaper:
         self.last_cycle_seconds = time.monotonic() - started
         return reaped
 
-    def run_forever(self, stop: threading.Event, on_cycle: object = None) -> None:
-        """Loop until ``stop`` is set; database errors are logged and retried next cycle."""
-        import psycopg
+    def run_forever(self, stop: threading.Event,
+                    on_cycle: Callable[[list[Reaped], float], None] | None = None) -> None:
+        """Loop until ``stop`` is set; database errors are logged and retried next cycle.
+        ``on_cycle(reaped, seconds)`` is called after each successful cycle (metrics)."""
         conn = None
         while not stop.is_set():
             try:
                 if conn is None or conn.closed:
                     conn = connect(self.dsn, application_name=f"tenure-reaper:{self.reaper_id}")
                 reaped = self.run_once(Repository(conn, self.schema))
-                if callable(on_cycle):
+                if on_cycle is not None:
                     on_cycle(reaped, self.last_cycle_seconds)
             except psycopg.Error as exc:
                 log.warning("reaper cycle failed: %s", str(exc).splitlines()[0] if str(exc) else exc)

@@ -13,19 +13,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from tenure.core.errors import LeaseLost
-from tenure.core.repository import ClaimedJob, Repository
+from tenure.core.errors import LeaseLost, PermanentError, classify_exception
+from tenure.core.repository import ClaimedJob
 
 log = logging.getLogger("tenure.worker")
-
-
-class RepositorySource(Protocol):
-    """Lends a repository on a pooled connection for the duration of a ``with`` block."""
-
-    def __call__(self) -> Any: ...
 
 
 class LeaseSignal:
@@ -199,7 +193,7 @@ class JobContext:
             self._on_stale(self, "checkpoint")
             self.signal_lease_lost("checkpoint rejected: token no longer current")
             raise LeaseLost(f"checkpoint of job {self.job.id} rejected: token no longer current")
-        self.job = _with_checkpoint(self.job, step, data)
+        self.job = replace(self.job, checkpoint_step=step, checkpoint_data=data)
 
     @contextmanager
     def effect(self, key: str, *, defer_seconds: float = 1.0) -> Iterator[Effect]:
@@ -225,7 +219,6 @@ class JobContext:
             yield eff
         except BaseException as exc:
             if eff.outcome == "claimed" and not eff._done:
-                from tenure.core.errors import PermanentError, classify_exception
                 failure = classify_exception(exc) if isinstance(exc, Exception) else None
                 permanent = isinstance(failure, PermanentError)
                 with self._repo() as repo:
@@ -248,11 +241,3 @@ class JobContext:
 
     def _count_stale(self, operation: str) -> None:
         self._on_stale(self, operation)
-
-
-def _with_checkpoint(job: ClaimedJob, step: str, data: Any) -> ClaimedJob:
-    from dataclasses import replace
-    return replace(job, checkpoint_step=step, checkpoint_data=data)
-
-
-__all__ = ["Effect", "EffectDeferred", "JobContext", "Repository"]

@@ -91,6 +91,8 @@ class WorkerConfig:
     def validate(self) -> None:
         if not self.queues:
             raise ConfigError("at least one queue is required")
+        if not all(self.queues):
+            raise ConfigError("queue names must not be empty")
         if self.concurrency < 1:
             raise ConfigError("concurrency must be >= 1")
         if self.claim_batch < 1:
@@ -198,9 +200,6 @@ class Worker:
     def __init__(self, app: App, config: WorkerConfig, *, dsn: str, schema: str = "tenure",
                  registry: CollectorRegistry | None = None, worker_id: str | None = None) -> None:
         config.validate()
-        unknown = [q for q in config.queues if not q]
-        if unknown:
-            raise ConfigError("queue names must not be empty")
         self.app = app
         self.config = config
         self.dsn, self.schema = dsn, schema
