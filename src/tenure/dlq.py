@@ -9,12 +9,10 @@ in the DLQ move, so nothing is replayed twice.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
-from tenure.core.db import connect
 from tenure.core.errors import ConfigError
 from tenure.core.repository import Repository
 
@@ -63,10 +61,8 @@ def add_dlq_parser(sub: Any) -> None:
 
 
 def _open(args: argparse.Namespace) -> tuple[Any, Repository]:
-    conn = connect(args.dsn)
-    repo = Repository(conn, args.schema)
-    repo.check_schema()
-    return conn, repo
+    from tenure.cli import _repo
+    return _repo(args)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -143,6 +139,3 @@ def cmd_purge(args: argparse.Namespace) -> int:
         deleted = repo.dlq_purge(args.older_than, args.queue)
     print(f"purged {deleted} dead-lettered job(s)")
     return 0
-
-
-__all__ = ["add_dlq_parser", "json"]
