@@ -172,8 +172,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_reaper(args: argparse.Namespace) -> int:
     config = _reaper_config(args)
     reaper = reaper_mod.Reaper(config, dsn=args.dsn, schema=args.schema)
-    conn, repo = _repo(args)
-    conn.close()
+    _repo(args)[0].close()  # refuse a missing or newer schema before looping
     if args.once:
         reaped = reaper.run_once()
         dead = sum(1 for r in reaped if r.dead)
