@@ -92,7 +92,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise ConfigError("give a TASK or --from-file")
     try:
         payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, TypeError) as exc:  # TypeError: argparse turns `--payload=--` into a list
         raise ConfigError(f"--payload is not valid JSON: {exc}") from None
     JobSpec(args.task, payload, args.queue, args.max_attempts, args.delay, args.idempotency_key).validate()
     conn, repo = open_repo(args)
