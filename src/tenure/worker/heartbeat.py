@@ -89,17 +89,21 @@ class Heartbeater:
         """One renewal of every held lease; returns how many were lost. Raises on DB errors."""
         with self._lock:
             snapshot = dict(self.held)
+            effects = self.effects.copy()
             sent_at = time.monotonic()
             try:
                 outcomes = self._repo().heartbeat(
                     self.worker_id, [(jid, ctx.lock_token) for jid, ctx in snapshot.items()],
-                    self.config.lease, self.config.max_lease_total, list(self.effects.copy()),
+                    self.config.lease, self.config.max_lease_total, list(effects),
                     self.config.max_effect_hold)
             except psycopg.Error:
                 if self._conn is not None:
                     self._conn.close()
                 raise
             rtt = time.monotonic() - sent_at
+            key_deadline = sent_at + self.config.lease
+            for holder in effects.values():
+                holder.effect_deadline = max(holder.effect_deadline, key_deadline)
             if self.metrics:
                 self.metrics.heartbeat_rtt.observe(rtt)
                 self.metrics.heartbeat_timestamp.set_to_current_time()

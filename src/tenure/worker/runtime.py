@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 from tenure import __version__
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import Connection, connect
-from tenure.core.errors import (AmbiguousError, ConfigError, JobFailure, LeaseLost, PermanentError,
+from tenure.core.errors import (AmbiguousError, ConfigError, EffectInDoubt, JobFailure, LeaseLost, PermanentError,
                                 classify_exception)
 from tenure.core.redaction import Redaction
 from tenure.core.queries import notify_channel
@@ -489,6 +489,8 @@ class Worker:
             f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-3:])}")
         code = failure.code
         self.metrics.failed.labels(job.queue, job.task, code).inc()
+        if isinstance(failure, EffectInDoubt):
+            return _Outcome(ctx, "dead", error=text, error_code=failure.code)
         if isinstance(failure, AmbiguousError) and not ctx.used_effect:
             return _Outcome(ctx, "dead", error=text, error_code="ambiguous_unguarded")
         if isinstance(failure, PermanentError):
@@ -641,12 +643,17 @@ class Worker:
         if hit:
             self.metrics.dedup_hits.labels(*labels, source).inc()
 
-    def _borrow_repo(self) -> Any:
+    def _borrow_repo(self, fresh: bool = False) -> Any:
         worker = self
 
         class _Lease:
+            def __init__(self, fresh: bool = False) -> None:
+                self.fresh = fresh
+
             def __enter__(self) -> Repository:
                 try:
+                    if self.fresh:
+                        raise queue.Empty  # after a lost connection the pooled ones are suspect too
                     self.conn = worker._handler_conns.get_nowait()
                 except queue.Empty:
                     self.conn = connect(worker.dsn, application_name=f"tenure-handler:{worker.worker_id}")
@@ -657,7 +664,7 @@ class Worker:
                     return
                 worker._handler_conns.put(self.conn)
 
-        return _Lease()
+        return _Lease(fresh)
 
     # -- LISTEN -------------------------------------------------------------------------------
     def _listen_loop(self) -> None:
