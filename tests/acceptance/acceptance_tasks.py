@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from tenure import App, JobContext
+from tenure.core.errors import LeaseLost
 
 app = App("acceptance")
 
@@ -19,10 +20,19 @@ def sleepy(ctx: JobContext) -> None:
     started = time.monotonic()
     while time.monotonic() - started < float(ctx.payload["seconds"]):
         time.sleep(0.05)
+    # What a handler that watches the flag sees first thing after a freeze, and whether
+    # check_lease() would have raised at that moment.
+    lost_at_resume = ctx.lease_lost.is_set()
+    try:
+        ctx.check_lease()
+        check_raised = False
+    except LeaseLost:
+        check_raised = True
     if ctx.payload.get("wait_for_lost"):
         ctx.lease_lost.wait(float(ctx.payload["wait_for_lost"]))
     out = Path(ctx.payload["marker_dir"]) / f"{ctx.job_id}-{ctx.attempt}-{ctx.lock_token}.json"
     out.write_text(json.dumps({"lease_lost": ctx.lease_lost.is_set(), "reason": ctx.lease_lost_reason,
+                               "lost_at_resume": lost_at_resume, "check_raised_at_resume": check_raised,
                                "worker": ctx.worker_id, "fence": ctx.fencing_token}))
 
 

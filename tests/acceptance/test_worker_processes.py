@@ -92,6 +92,10 @@ def test_sigstop_past_lease_then_sigcont_is_fenced(repo: Repository, spawn: Call
     marker_a = wait_for(lambda: list(tmp_path.glob(f"{job_id}-1-{token_a}.json")), 20, "A's handler to finish")
     seen = json.loads(marker_a[0].read_text())
     assert seen["lease_lost"] is True, "the resumed handler was told its lease is lost"
+    # Issue 12, defect 2: told the moment it resumes (the local deadline passed while frozen),
+    # not only once a heartbeat gets the database's verdict; never False while check_lease() raises.
+    assert seen["check_raised_at_resume"] is True
+    assert seen["lost_at_resume"] is True, "lease_lost was False right after SIGCONT"
     events = repo.job_events(job_id)
     wait_for(lambda: any(e["event"] == "stale_completion_rejected" for e in repo.job_events(job_id))
              or any(e["event"] == "heartbeat_lost" for e in repo.job_events(job_id)), 10, "A's stale write")

@@ -39,17 +39,29 @@ reference (the effect is recorded as succeeded and skipped) or None (not done: r
 class LeaseSignal:
     """A one-way flag with ``is_set()``/``wait()``/``set()`` like ``threading.Event``, which
     builds its Condition only when someone waits: one is created per claimed job, and most jobs
-    finish without anybody waiting (a measurable share of a no-op job's cost)."""
+    finish without anybody waiting (a measurable share of a no-op job's cost).
 
-    __slots__ = ("_flag", "_event")
+    Bound to a :class:`JobContext`, it is also set the moment the context's local lease
+    deadline passes, whoever looks first (the handler after a freeze, or the heartbeat): a
+    handler never sees ``lease_lost`` False while ``check_lease()`` would raise.
+    """
+
+    __slots__ = ("_flag", "_event", "_ctx")
     _create = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, ctx: JobContext | None = None) -> None:
         self._flag = False
         self._event: threading.Event | None = None
+        self._ctx = ctx
 
     def is_set(self) -> bool:
-        return self._flag
+        if self._flag:
+            return True
+        ctx = self._ctx
+        if ctx is not None and time.monotonic() >= ctx.lease_deadline:
+            ctx.signal_lease_lost("lease not renewed in time (local deadline passed); it may have moved")
+            return True
+        return False
 
     def set(self) -> None:
         self._flag = True
@@ -58,15 +70,26 @@ class LeaseSignal:
             event.set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        if self._flag:
-            return True
-        with LeaseSignal._create:
-            if self._event is None:
-                self._event = threading.Event()
-            event = self._event
-        if self._flag:  # set() may have run before the event existed
-            return True
-        return event.wait(timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            with LeaseSignal._create:
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+            if self._flag:  # set() may have run before the event existed
+                return True
+            now = time.monotonic()
+            limit = None if end is None else end - now
+            if self._ctx is not None:  # wake at the deadline (a renewal moves it: look again)
+                until = max(0.0, self._ctx.lease_deadline - now) + 0.001
+                limit = until if limit is None else min(limit, until)
+            if limit is not None and limit <= 0:
+                return self.is_set()
+            if event.wait(limit):
+                return True
+            if end is not None and time.monotonic() >= end:
+                return self.is_set()
+        return True
 
 
 class EffectDeferred(Exception):
@@ -157,6 +180,7 @@ class JobContext:
 
     def __post_init__(self) -> None:
         self.lease_deadline = self.claimed_at + self.lease_seconds
+        self.lease_lost._ctx = self
 
     # identity ----------------------------------------------------------------------------
     @property
@@ -198,7 +222,7 @@ class JobContext:
 
     # lease -------------------------------------------------------------------------------
     def signal_lease_lost(self, reason: str) -> None:
-        if self.lease_lost.is_set():
+        if self.lease_lost._flag:
             return
         self.lease_lost_reason = reason
         self.lease_lost.set()
@@ -213,10 +237,8 @@ class JobContext:
         monotonic deadline (a duration, not a wall-clock time) for when heartbeats cannot reach
         the database.
         """
-        if self.lease_lost.is_set():
+        if self.lease_lost.is_set():  # also true, and signalled, once the local deadline has passed
             raise LeaseLost(f"lease of job {self.job.id} lost: {self.lease_lost_reason}")
-        if time.monotonic() >= self.lease_deadline:
-            raise LeaseLost(f"lease of job {self.job.id} not renewed in time; it may have moved")
 
     def heartbeat(self) -> None:
         """Renew now (all of this worker's leases, in one statement) and check the outcome."""

@@ -91,6 +91,16 @@ class Heartbeater:
             snapshot = dict(self.held)
             effects = self.effects.copy()
             sent_at = time.monotonic()
+            lost = 0
+            for jid, overdue in list(snapshot.items()):
+                if sent_at >= overdue.lease_deadline:
+                    # Not renewed in time (a freeze, an unreachable database): the lease may have
+                    # moved, so it is lost as far as this worker knows, whatever the database says.
+                    del snapshot[jid]
+                    lost += 1
+                    if self.metrics:
+                        self.metrics.leases_lost.labels(overdue.job.queue, overdue.job.task).inc()
+                    self.on_lost(overdue, "lease not renewed in time (local deadline passed); it may have moved")
             try:
                 outcomes = self._repo().heartbeat(
                     self.worker_id, [(jid, ctx.lock_token) for jid, ctx in snapshot.items()],
@@ -108,7 +118,6 @@ class Heartbeater:
                 self.metrics.heartbeat_rtt.observe(rtt)
                 self.metrics.heartbeat_timestamp.set_to_current_time()
             self.last_success = time.monotonic()
-            lost = 0
             for outcome in outcomes:
                 ctx = snapshot.get(outcome.id)
                 if ctx is None:
@@ -169,4 +178,11 @@ class Heartbeater:
             except psycopg.Error as exc:
                 failures += 1
                 log.warning("heartbeat failed (%d in a row): %s", failures, str(exc).splitlines()[0] if str(exc) else exc)
-            self._stop.wait(self.config.interval if failures == 0 else min(self.config.interval, 1.0))
+            pause = self.config.interval if failures == 0 else min(self.config.interval, 1.0)
+            self._stop.wait(max(0.0, min(pause, self._until_next_deadline())))
+
+    def _until_next_deadline(self) -> float:
+        """Seconds until the earliest local lease deadline (so lease loss is signalled, and async
+        handlers cancelled, at the deadline even while renewals fail)."""
+        deadlines = [ctx.lease_deadline for ctx in list(self.held.values())]
+        return (min(deadlines) - time.monotonic() + 0.001) if deadlines else float("inf")
