@@ -91,16 +91,16 @@ class Heartbeater:
             snapshot = dict(self.held)
             effects = self.effects.copy()
             sent_at = time.monotonic()
-            lost = 0
-            for jid, overdue in list(snapshot.items()):
-                if sent_at >= overdue.lease_deadline:
-                    # Not renewed in time (a freeze, an unreachable database): the lease may have
-                    # moved, so it is lost as far as this worker knows, whatever the database says.
-                    del snapshot[jid]
-                    lost += 1
-                    if self.metrics:
-                        self.metrics.leases_lost.labels(overdue.job.queue, overdue.job.task).inc()
-                    self.on_lost(overdue, "lease not renewed in time (local deadline passed); it may have moved")
+            overdue = {jid for jid, held in snapshot.items() if sent_at >= held.lease_deadline}
+            for jid in overdue:
+                # Not renewed in time (a freeze, an unreachable database): the lease may have
+                # moved, so it is lost as far as this worker knows, whatever the database says.
+                # It still goes into the statement, so a real loss is recorded as evidence.
+                held = snapshot[jid]
+                if self.metrics:
+                    self.metrics.leases_lost.labels(held.job.queue, held.job.task).inc()
+                self.on_lost(held, "lease not renewed in time (local deadline passed); it may have moved")
+            lost = len(overdue)
             try:
                 outcomes = self._repo().heartbeat(
                     self.worker_id, [(jid, ctx.lock_token) for jid, ctx in snapshot.items()],
@@ -123,6 +123,13 @@ class Heartbeater:
                 if ctx is None:
                     continue
                 labels = (ctx.job.queue, ctx.job.task)
+                if outcome.id in overdue:
+                    if outcome.outcome == "lost":  # already told; the database confirms: record it
+                        self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat",
+                                                        "token no longer current")
+                        if self.metrics:
+                            self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
+                    continue  # a renewal of a lease already given up changes nothing here
                 if outcome.outcome == "renewed":
                     # The DB granted `remaining` seconds from its own now(); counting them from our
                     # send time is a safe lower bound, whatever the clocks say.
