@@ -15,6 +15,7 @@ from tenure.core.errors import LeaseLost
 from tenure.core.repository import ClaimedJob, HeartbeatOutcome
 from tenure.worker.context import JobContext
 from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
+from tenure.worker.slots import Slots
 
 
 def _ctx(lease: float) -> JobContext:
@@ -79,8 +80,10 @@ def test_heartbeat_signals_an_overdue_lease_without_asking_the_database() -> Non
     ctx = _ctx(lease=30)
     ctx.lease_deadline = time.monotonic() - 0.01
     lost: list[str] = []
+    slots = Slots(4)
+    slots.take(ctx)
     beat = Heartbeater(HeartbeatConfig(lease=3, interval=1), dsn="", schema="s", worker_id="w",
-                       held={1: ctx}, metrics=None, on_lost=lambda c, why: lost.append(why))
+                       slots=slots, metrics=None, on_lost=lambda c, why: lost.append(why))
     repo = _Repo()
     beat._repo = lambda: repo  # type: ignore[method-assign]
     assert beat.run_once() == 1

@@ -371,6 +371,10 @@ class Repository:
     def runtime_quantiles(self, window_seconds: float) -> list[Row]:
         return self._rows("job_runtime_quantiles", {"window": float(window_seconds)})
 
+    def listen(self) -> None:
+        """LISTEN on the wake-up channel; notifications then arrive on ``self.conn.notifies()``."""
+        self._rows("queue_listen")
+
     def db_now(self) -> Row:
         row = self._one("db_now")
         assert row is not None

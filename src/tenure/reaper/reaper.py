@@ -23,12 +23,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psycopg
-
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import connect
 from tenure.core.errors import ConfigError
 from tenure.core.repository import ReapCandidate, ReapDecision, Reaped, Repository
+from tenure.core.service import ServiceConnection, run_service
 
 log = logging.getLogger("tenure.reaper")
 
@@ -142,21 +141,14 @@ class Reaper:
                     on_cycle: Callable[[list[Reaped], float], None] | None = None) -> None:
         """Loop until ``stop`` is set; database errors are logged and retried next cycle.
         ``on_cycle(reaped, seconds)`` is called after each successful cycle (metrics)."""
-        conn = None
-        while not stop.is_set():
+        def step(conn: ServiceConnection) -> float:
             started = time.monotonic()
-            try:
-                if conn is None or conn.closed:
-                    conn = connect(self.dsn, application_name=f"tenure-reaper:{self.reaper_id}")
-                reaped = self.run_once(Repository(conn, self.schema))
-                if on_cycle is not None:
-                    on_cycle(reaped, self.last_cycle_seconds)
-            except psycopg.Error as exc:
-                log.warning("reaper cycle failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
-                if conn is not None:
-                    conn.close()
-                conn = None
+            reaped = self.run_once(Repository(conn.get(retry=False), self.schema))
+            if on_cycle is not None:
+                on_cycle(reaped, self.last_cycle_seconds)
             # A fixed cadence: a slow cycle does not stretch the recovery bound by its own length.
-            stop.wait(max(0.0, self.config.interval - (time.monotonic() - started)))
-        if conn is not None:
-            conn.close()
+            return max(0.0, self.config.interval - (time.monotonic() - started))
+
+        run_service("reaper cycle", step, stop=stop, log=log, error_pause=self.config.interval,
+                    max_error_pause=self.config.interval,
+                    conn=ServiceConnection(self.dsn, f"tenure-reaper:{self.reaper_id}", stop=stop, log=log))

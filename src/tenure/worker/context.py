@@ -59,7 +59,7 @@ class LeaseSignal:
             return True
         ctx = self._ctx
         if ctx is not None and time.monotonic() >= ctx.lease_deadline:
-            ctx.signal_lease_lost("lease not renewed in time (local deadline passed); it may have moved")
+            ctx.signal_lease_lost(ctx.deadline_reason())
             return True
         return False
 
@@ -174,6 +174,8 @@ class JobContext:
     """Monotonic time by which the current lease surely ends unless renewed (local estimate)."""
     effect_deadline: float = 0.0
     """Monotonic time by which the open effect's key lease surely ends unless renewed."""
+    lease_capped: bool = False
+    """The last renewal was cut short by the maximum total lease (R4): no further extension."""
     used_effect: bool = False
     claimed_at: float = field(default_factory=time.monotonic)
     _on_lost: list[Callable[[], None]] = field(default_factory=list)
@@ -221,6 +223,12 @@ class JobContext:
                 "task": self.job.task, "correlation_id": self.job.correlation_id}
 
     # lease -------------------------------------------------------------------------------
+    def deadline_reason(self) -> str:
+        """Why a passed local deadline means the lease is lost."""
+        if self.lease_capped:
+            return "maximum total lease reached"
+        return "lease not renewed in time (local deadline passed); it may have moved"
+
     def signal_lease_lost(self, reason: str) -> None:
         if self.lease_lost._flag:
             return

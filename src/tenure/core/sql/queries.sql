@@ -475,6 +475,10 @@ SELECT queue_name, task, count(*)::bigint AS runs,
        max(runtime)::float8 AS max
 FROM runs GROUP BY queue_name, task ORDER BY queue_name, task;
 
+-- name: queue_listen
+-- Subscribe this connection to the schema's wake-up channel (notified on enqueue, release and requeue).
+LISTEN {channel};
+
 -- name: db_now
 -- The database clock, the only clock leases are judged by.
 SELECT now() AS now, extract(epoch FROM now())::float8 AS epoch;
