@@ -26,6 +26,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         reaper_interval=args.reaper_interval, max_lease_total=args.max_lease_total,
         max_lease_expiries=args.max_lease_expiries, seed=args.seed, kills_per_kind=args.kills_per_kind,
         hangs=args.hangs, sigstops=args.sigstops, partitions=args.partitions, pg_restarts=args.pg_restarts,
+        gap_restarts=args.gap_restarts,
         skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout)
     config.validate()
     dsn = args.database_url or os.environ.get("TENURE_DATABASE_URL") or None
@@ -61,6 +62,9 @@ def register(sub: Any) -> None:
     p.add_argument("--sigstops", type=count, default=None)
     p.add_argument("--partitions", type=count, default=None)
     p.add_argument("--pg-restarts", type=count, default=None)
+    p.add_argument("--gap-restarts", type=count, default=None,
+                   help="jobs that restart PostgreSQL between their guarded body and eff.succeeded() "
+                        "(own embedded server only; default: scaled by --duration)")
     p.add_argument("--skew", type=duration, default=h.SKEW_DEFAULT,
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
     p.add_argument("--recovery-margin", type=duration, default=h.RECOVERY_MARGIN_DEFAULT)

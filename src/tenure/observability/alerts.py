@@ -22,6 +22,13 @@ from typing import Any
 import yaml
 
 from tenure.core.errors import ConfigError
+from tenure.reaper import reaper
+
+def _healthy_reap_seconds() -> float:
+    """Seconds from a lease's expiry to its requeue by a healthy reaper with default settings:
+    grace + alive-owner grace + one interval (a first expiry is requeued with no backoff)."""
+    return reaper.GRACE_DEFAULT + reaper.ALIVE_OWNER_GRACE_DEFAULT + reaper.INTERVAL_DEFAULT
+
 
 # --- defaults -------------------------------------------------------------------------------
 EVALUATION_INTERVAL_SECONDS_DEFAULT = 60
@@ -29,6 +36,7 @@ RUNBOOK_BASE_URL_DEFAULT = "https://github.com/tenure-dev/tenure/blob/main/docs/
 
 EXPIRED_LEASES_WARNING_COUNT_DEFAULT = 0
 EXPIRED_LEASES_FOR_SECONDS_DEFAULT = 120
+"""Well above what a healthy reaper takes with its defaults (:func:`_healthy_reap_seconds`)."""
 EXPIRED_LEASES_CRITICAL_COUNT_DEFAULT = 10
 EXPIRED_LEASES_HIGH_FOR_SECONDS_DEFAULT = 300
 
@@ -331,7 +339,9 @@ def build_rules(t: AlertThresholds) -> list[AlertRule]:
         description=(
             "{{ $value }} running job(s) in queue {{ $labels.queue }} hold a lease that expired"
             f" (DB clock) for at least {d(t.expired_leases_for_seconds)}: their workers are"
-            " dead, hung or cut off from the database, and the reaper has not recovered them."
+            " dead, hung or cut off from the database, and the reaper has not recovered them"
+            f" (a healthy reaper with the default settings requeues them within {d(int(_healthy_reap_seconds()))}"
+            " after their lease expired)."
         ),
     ))
     rules.append(AlertRule(

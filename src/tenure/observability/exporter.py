@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tenure.core.db import Connection, connect
+from tenure.core.errors import first_line
 from tenure.core.repository import Repository
 from tenure.core.stats import QueueStats
 
@@ -60,7 +61,7 @@ class QueueCollector(Collector):
                 stats = repo.queue_stats(completed=self._completed)
             except psycopg.Error as exc:
                 self.errors += 1
-                log.warning("queue stats failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                log.warning("queue stats failed: %s", first_line(exc))
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None

@@ -357,20 +357,24 @@ DELETE FROM {schema}.workers
 WHERE coalesce(stopped_at, last_seen_at) < now() - make_interval(secs => %(older_than)s);
 
 -- name: execution_claim
--- Atomically claim an idempotency key (R14): insert, or take over only a non-succeeded key whose lease has expired.
+-- Atomically claim an idempotency key (R14): insert, or take over only a non-succeeded key whose lease has expired; a key left in flight (or given up in doubt) is taken over in doubt.
 WITH claimed AS (
     INSERT INTO {schema}.job_executions AS e (idempotency_key, status, job_id, lock_token, lease_until)
     VALUES (%(key)s, 'processing', %(job_id)s, %(token)s, now() + make_interval(secs => %(lease)s))
     ON CONFLICT (idempotency_key) DO UPDATE
     SET status = 'processing', job_id = excluded.job_id, lock_token = excluded.lock_token,
         lease_until = excluded.lease_until, attempt_count = e.attempt_count + 1,
-        claimed_at = now(), updated_at = now()
+        claimed_at = now(), updated_at = now(),
+        -- The previous holder recorded neither success nor failure: its body may have run.
+        last_error_code = CASE WHEN (e.status = 'processing' AND e.lock_token IS DISTINCT FROM excluded.lock_token)
+                                    OR e.last_error_code = 'in_doubt' THEN 'in_doubt' END
     WHERE e.status <> 'succeeded'
       AND (e.status IN ('retrying', 'failed') OR e.lease_until IS NULL OR e.lease_until < now()
            OR e.lock_token = excluded.lock_token)
-    RETURNING e.attempt_count
+    RETURNING e.attempt_count, e.last_error_code
 )
-SELECT 'claimed' AS outcome, NULL::text AS result_ref, attempt_count FROM claimed
+SELECT CASE WHEN last_error_code = 'in_doubt' THEN 'in_doubt' ELSE 'claimed' END AS outcome,
+       NULL::text AS result_ref, attempt_count FROM claimed
 UNION ALL
 SELECT CASE WHEN e.status = 'succeeded' THEN 'already_succeeded' ELSE 'leased_by_other_worker' END,
        e.result_ref, e.attempt_count
@@ -476,6 +480,10 @@ SELECT queue_name, task, count(*)::bigint AS runs,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime)::float8 AS p99,
        max(runtime)::float8 AS max
 FROM runs GROUP BY queue_name, task ORDER BY queue_name, task;
+
+-- name: queue_listen
+-- Subscribe this connection to the schema's wake-up channel (notified on enqueue, release and requeue).
+LISTEN {channel};
 
 -- name: db_now
 -- The database clock, the only clock leases are judged by.
