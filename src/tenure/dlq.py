@@ -110,10 +110,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
         while replayed < args.limit:
             size = min(batch, args.limit - replayed)
             if args.dry_run:
+                if app is None:
+                    print("no --app: payloads are not validated", file=sys.stderr)
                 rows = repo.dlq_list(queue=args.queue, error_code=args.error_code, limit=args.limit)
                 rows = [r for r in rows if not args.ids or r["id"] in args.ids]
                 for r in rows[: args.limit]:
-                    print(f"would replay {r['id']} ({r['task']}, {r['last_error_code']})")
+                    job = repo.get_job(r["id"]) if app is not None else None
+                    why = validate({**r, "payload": job["payload"]}) if job is not None else None
+                    if why is None:
+                        print(f"would replay {r['id']} ({r['task']}, {r['last_error_code']})")
+                    else:
+                        print(f"would skip {r['id']}: {why}")
                 return 0
             done, bad, after_id = repo.dlq_replay_batch(
                 ids=args.ids, queue=args.queue, error_code=args.error_code, after_id=after_id, batch=size,

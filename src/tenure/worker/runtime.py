@@ -126,6 +126,10 @@ class _TaskMetrics:
     runtime: Any
 
 
+_STALE_OPERATION = {"retry": "retry", "dead": "dead_letter", "release": "release"}
+"""The ``operation`` label (worker_metrics.STALE_WRITE_OPERATIONS) of a rejected outcome write."""
+
+
 @dataclass
 class _Outcome:
     ctx: JobContext
@@ -619,9 +623,9 @@ class Worker:
                 ok = repo.release(self.worker_id, job.id, job.lock_token, delay=o.delay, event=o.event,
                                   reason=o.reason)
                 if ok:
-                    self.metrics.released.labels(*labels).inc()
+                    (self.metrics.deferred if o.event == "deferred" else self.metrics.released).labels(*labels).inc()
             if not ok:
-                self.metrics.stale_writes.labels(*labels, o.kind).inc()
+                self.metrics.stale_writes.labels(*labels, _STALE_OPERATION[o.kind]).inc()
         with self._lock:
             self._pending_acks -= len(batch)
             self.state.processed += len(batch)
