@@ -76,14 +76,23 @@ def inline_code(path: Path) -> list[tuple[int, str]]:
 
 
 def section(path: Path, heading: str) -> str:
-    """The text under the Markdown heading ``heading`` up to the next heading of its level or above."""
-    text = path.read_text(encoding="utf-8")
-    m = re.search(rf"^(#+) {re.escape(heading)}.*$", text, flags=re.MULTILINE)
-    assert m, f"{path.name} has no heading {heading!r}"
-    level = len(m.group(1))
-    rest = text[m.end():]
-    end = re.search(rf"^#{{1,{level}}} ", rest, flags=re.MULTILINE)
-    return rest[: end.start()] if end else rest
+    """The text under the Markdown heading that starts with ``heading``, up to the next heading of
+    its level or above (lines inside fenced code blocks are never headings)."""
+    out: list[str] = []
+    level = 0
+    in_block = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip().startswith("```"):
+            in_block = not in_block
+        m = None if in_block else re.match(r"^(#+) (.*)$", line)
+        if level and m and len(m.group(1)) <= level:
+            break
+        if level:
+            out.append(line)
+        elif m and m.group(2).startswith(heading):
+            level = len(m.group(1))
+    assert level, f"{path.name} has no heading {heading!r}"
+    return "\n".join(out) + "\n"
 
 
 def help_env() -> dict[str, str]:
