@@ -148,8 +148,9 @@ def options(help_text: str) -> dict[str, str]:
 
 
 def help_default(help_line: str) -> str | None:
-    """The default a help line states: ``(default 5)``, ``(default: 5)``, ``(default $ENV or 5)``."""
-    m = re.search(r"\(default:? (?:[^)]*? or )?([^()\s]+)\)", help_line)
+    """The default a help line states: ``(default 5)``, ``(default: 5)``, ``(default $ENV or 5)``,
+    ``(what it is; default 5)``."""
+    m = re.search(r"(?:\(|[;,]\s*)default:? (?:[^)]*? or )?([^()\s]+)\)", help_line)
     return m.group(1) if m else None
 
 
