@@ -67,11 +67,18 @@ def prose(path: Path) -> list[tuple[int, str]]:
 
 
 def inline_code(path: Path) -> list[tuple[int, str]]:
-    """(line, text) of every `inline code` span outside fenced blocks (table pipes unescaped)."""
+    """(line, text) of every `inline code` span outside fenced blocks. A span may wrap onto the
+    next line (its line break reads as a space); table pipes are unescaped."""
+    lines = prose(path)
+    text = "\n".join(line for _, line in lines)
+    starts, offset = [], 0
+    for _, line in lines:
+        starts.append(offset)
+        offset += len(line) + 1
     spans: list[tuple[int, str]] = []
-    for n, line in prose(path):
-        for m in re.finditer(r"`([^`]+)`", line):
-            spans.append((n, m.group(1).replace("\\|", "|")))
+    for m in re.finditer(r"`([^`]+)`", text):
+        index = max(i for i, start in enumerate(starts) if start <= m.start())
+        spans.append((lines[index][0], m.group(1).replace("\n", " ").replace("\\|", "|")))
     return spans
 
 

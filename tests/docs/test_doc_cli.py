@@ -233,3 +233,40 @@ def test_stats_table_shows_what_the_runbooks_say(db_env: dict[str, str], schema:
     missing = sorted(f for f in said if not re.search(STATS_FIGURES[f], header))
     assert missing == [], f"the runbooks say `tenure stats --queue Q` shows {missing}; its header is {header!r}"
 
+
+
+# Placeholders of the runbooks' commands, as an operator would fill them in for this test's data.
+PLACEHOLDERS = {"M:A": "tenure.demo.tasks:app", "C": "upstream_5xx", "Q": "default"}
+
+
+@pytest.mark.acceptance
+def test_runbook_dlq_replay_commands_validate(db_env: dict[str, str], schema: str) -> None:
+    """Every `tenure dlq replay ... --dry-run` in the runbooks, placeholders filled, lists the valid
+    job and skips the one its task's validator refuses, moving nothing; then "without
+    `--dry-run`" replays only the valid one."""
+    from tenure.core.db import connect
+    from tenure.core.repository import JobSpec, Repository
+
+    commands = [m for m in MENTIONS if m.path.name == "runbooks.md" and m.command == ("dlq", "replay")
+                and "--dry-run" in m.args]
+    assert commands, "the runbooks no longer show a dlq replay dry run"
+    env = {**db_env, "TENURE_SCHEMA": schema}
+    for mention in commands:
+        args = [PLACEHOLDERS.get(t, t) for t in mention.args.split()]
+        assert "--app" in args, f"{mention.where}: `tenure {mention.args}` validates nothing without --app"
+        with connect(env["TENURE_DATABASE_URL"]) as conn:
+            repo = Repository(conn, schema)
+            conn.execute(f'DELETE FROM "{schema}".jobs')
+            repo.enqueue_many([JobSpec("send_invoice_email", {"invoice_id": "not-a-number"}),
+                               JobSpec("send_invoice_email", {"invoice_id": 7})])
+            bad, good = repo.claim("w", ["default"], 2, 30)
+            for job in (bad, good):
+                assert repo.dead_letter("w", job.id, job.lock_token, error="boom", error_code="upstream_5xx")
+            dry = _run(env, *args)
+            assert dry.returncode == 0, f"{mention.where}: {dry.stderr}"
+            assert f"would replay {good.id} " in dry.stdout and f"would skip {bad.id}: " in dry.stdout, dry.stdout
+            assert repo.queue_stats("default")[0].failed == 2, "a dry run moved jobs"
+            real = _run(env, *[a for a in args if a != "--dry-run"])
+            assert real.returncode == 0, real.stderr
+            assert (repo.get_job(good.id) or {})["status"] == "pending"
+            assert (repo.get_job(bad.id) or {})["status"] == "failed"
