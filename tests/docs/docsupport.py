@@ -114,7 +114,7 @@ def help_env() -> dict[str, str]:
 @functools.lru_cache(maxsize=None)
 def cli_help(*command: str) -> str:
     """``tenure COMMAND... --help`` from a subprocess ("" when that command does not exist)."""
-    out = subprocess.run([TENURE, *command, "--help"], env=help_env(), capture_output=True, text=True, timeout=60)
+    out = subprocess.run([TENURE, *command, "--help"], env=help_env(), capture_output=True, text=True, timeout=300)
     return out.stdout if out.returncode == 0 else ""
 
 
@@ -128,7 +128,7 @@ def command_tree() -> dict[tuple[str, ...], str]:
     """Every command path (``("dlq", "replay")``...) with its --help text; ``()`` is the top level."""
     tree: dict[tuple[str, ...], str] = {(): cli_help()}
     level: list[tuple[str, ...]] = [(c,) for c in _choices(tree[()])]
-    with ThreadPoolExecutor(max_workers=8) as pool:  # one process per command, level by level
+    with ThreadPoolExecutor(max_workers=4) as pool:  # one process per command, level by level
         while level:
             for path, text in zip(level, pool.map(lambda p: cli_help(*p), level)):
                 tree[path] = text
