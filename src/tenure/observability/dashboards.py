@@ -379,9 +379,9 @@ def lease_health(t: AlertThresholds) -> Any:
         ),
         PanelSpec(
             "Stale writes rejected by the token CAS (/s)",
-            "Complete/fail/retry/release/checkpoint/heartbeat writes from a worker that no"
-            " longer owns the job. Non-zero after reaps means the reaper took over jobs that"
-            " were still running (lease or grace too short).",
+            "Writes (complete, retry, dead_letter, release, checkpoint, heartbeat,"
+            " effect_succeed) from an attempt that no longer owns the job. Non-zero after reaps"
+            " means the reaper took over jobs that were still running (lease or grace too short).",
             [Query(f"sum by (queue, operation) ({rate('tenure_stale_writes_rejected_total')})",
                    "{{queue}} {{operation}}")],
             unit="ops",
@@ -396,7 +396,8 @@ def lease_health(t: AlertThresholds) -> Any:
         ),
         PanelSpec(
             "Released on shutdown (/s)",
-            "Jobs handed back during a SIGTERM drain; expected around deploys.",
+            "Jobs handed back unfinished at the end of a SIGTERM drain; expected around"
+            " deploys. Effect deferrals are counted apart (Retries and dedup dashboard).",
             [Query(f"sum by (queue, task) ({rate('tenure_jobs_released_total')})",
                    "{{queue}} {{task}}")],
             unit="ops",
@@ -489,6 +490,15 @@ def retries_dedup(t: AlertThresholds) -> Any:
                     "{{queue}} reaper",
                 ),
             ],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Effect deferrals (/s)",
+            "Jobs handed back without using an attempt because another live attempt holds"
+            " their effect's idempotency key (leased_by_other_worker): a job with the same"
+            " key, or this job's previous attempt after the reaper took it over while it ran.",
+            [Query(f"sum by (queue, task) ({rate('tenure_jobs_deferred_total')})",
+                   "{{queue}} {{task}}")],
             unit="ops",
         ),
     ]

@@ -34,6 +34,10 @@ RETRY_PAUSE_DEFAULT = 0.5
 """Seconds between two tries of a batch whose connection was lost."""
 
 
+_STALE_OPERATION = {"retry": "retry", "dead": "dead_letter", "release": "release"}
+"""The ``operation`` label (metrics.STALE_WRITE_OPERATIONS) of a rejected outcome write."""
+
+
 class Acker:
     """Owns the outcome queue and the thread that drains it."""
 
@@ -144,8 +148,8 @@ class Acker:
                 ok = repo.release(self.worker_id, job.id, job.lock_token, delay=o.delay, event=o.event,
                                   reason=o.reason)
                 if ok:
-                    self.metrics.released.labels(*labels).inc()
+                    (self.metrics.deferred if o.event == "deferred" else self.metrics.released).labels(*labels).inc()
             if not ok:
-                self.metrics.stale_writes.labels(*labels, o.kind).inc()
+                self.metrics.stale_writes.labels(*labels, _STALE_OPERATION[o.kind]).inc()
             done.append(o)
         self.slots.acked(len(batch))
