@@ -30,6 +30,12 @@ class FakeKube:
         self.deleted: list[tuple[str, str]] = []
         self.fail_apply: str | None = None
         self.fail_get: str | None = None
+        #: Condition a migration Job gets when applied (None: it stays running, as with no
+        #: kubelet); "Complete" stands in for a pod that ran `tenure migrate` successfully.
+        self.job_outcome: str | None = "Complete"
+        self.pods: list[dict[str, Any]] = []
+        #: JobQueues the namespace lists (the exporter's owners), kept apart from the children.
+        self.jobqueues: dict[str, dict[str, Any]] = {}
 
     def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         if self.fail_apply == manifest["kind"]:
@@ -39,6 +45,9 @@ class FakeKube:
         obj = copy.deepcopy(dict(manifest))
         if manifest["kind"] == "Deployment":
             obj["status"] = {"readyReplicas": obj["spec"]["replicas"]}
+        if manifest["kind"] == "Job" and self.job_outcome is not None:
+            obj["status"] = {"conditions": [{"type": self.job_outcome, "status": "True",
+                                             "lastTransitionTime": "2026-03-01T08:00:00Z"}]}
         self.store[key] = obj
         return copy.deepcopy(obj)
 
@@ -51,6 +60,17 @@ class FakeKube:
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         self.deleted.append((kind, name))
         return self.store.pop((kind, namespace, name), None) is not None
+
+    def list(self, api_version: str, kind: str, namespace: str,
+             label_selector: str = "") -> list[dict[str, Any]]:
+        if kind == "Pod":
+            return copy.deepcopy(self.pods)
+        if kind == "JobQueue":
+            return [copy.deepcopy(jq) for _, jq in sorted(self.jobqueues.items())]
+        wanted = dict(term.split("=", 1) for term in label_selector.split(",") if term)
+        return [copy.deepcopy(obj) for (k, ns, _), obj in sorted(self.store.items())
+                if k == kind and ns == namespace
+                and wanted.items() <= ((obj.get("metadata") or {}).get("labels") or {}).items()]
 
     def api_available(self, api_version: str, kind: str) -> bool:
         return self.monitoring and kind == "ServiceMonitor"
@@ -105,6 +125,8 @@ def run(
     now: dt.datetime = T0,
     scale: bool = True,
 ) -> h.Outcome:
+    # The exporter's owners come from a list of the namespace's JobQueues: store this one.
+    kube.jobqueues[b["metadata"]["name"]] = copy.deepcopy(b)
     return h.reconcile_jobqueue(b, kube, fetcher(figures), adopt, now, scale=scale)
 
 
@@ -125,7 +147,8 @@ def test_first_pass_creates_owned_children_and_scales_from_stats() -> None:
     add_secret(kube)
     out = run(kube, body(), h.QueueFigures(ready=35, running=0, scheduled=2, running_expired=1))
     assert out.error_reason is None
-    assert kube.kinds() == ["CronJob", "Deployment", "PodDisruptionBudget", "Secret", "Service"]
+    assert kube.kinds() == ["CronJob", "Deployment", "Deployment", "Job",
+                            "PodDisruptionBudget", "Secret", "Service", "Service"]
     for (kind, _, _), obj in kube.store.items():
         if kind != "Secret":
             assert obj["metadata"]["ownerReferences"][0]["uid"] == "u-1"
@@ -134,9 +157,10 @@ def test_first_pass_creates_owned_children_and_scales_from_stats() -> None:
     assert (st["ready"], st["running"], st["runningExpired"], st["scheduled"]) == (35, 0, 1, 2)
     assert (st["desiredReplicas"], st["replicas"], st["observedGeneration"]) == (4, 4, 4)
     assert st["lastScaleReason"].startswith("initial size 4")
-    assert [e.reason for e in out.events] == ["ScaledUp"]
+    assert [e.reason for e in out.events] == ["MigrationStarted", "ScaledUp"]
     assert cond(out, "Ready")["status"] == "True"
     assert cond(out, "Degraded")["status"] == "False"
+    assert cond(out, "SchemaReady")["reason"] == "Migrated"
 
 
 def test_restart_converges_without_duplicates_or_new_events() -> None:
@@ -266,7 +290,9 @@ def test_service_monitor_follows_the_spec_when_the_api_exists() -> None:
     spec["metrics"] = {"serviceMonitor": False}
     run(kube, body(spec), h.QueueFigures())
     assert ("ServiceMonitor", NS, "mail") not in kube.store
-    assert kube.deleted == [("ServiceMonitor", "mail")]
+    exporter = rc.exporter_name(NS, h.s.parse_spec(spec))
+    # The queue's own and its database's exporter ServiceMonitor (no other JobQueue wants it).
+    assert kube.deleted == [("ServiceMonitor", "mail"), ("ServiceMonitor", exporter)]
 
 
 def test_no_service_monitor_without_its_api() -> None:
