@@ -609,8 +609,12 @@ def reconcile_jobqueue(
                     if exc.reason == "SchemaMissing" and migration.job is not None:
                         # The database lost its schema since the Job succeeded (a new or
                         # restored database): run the migration again.
-                        kube.delete("batch/v1", "Job", namespace, migration.job)
-                        error = (exc.reason, f"{exc}; migration Job {migration.job} restarted")
+                        try:
+                            kube.delete("batch/v1", "Job", namespace, migration.job)
+                            error = (exc.reason, f"{exc}; migration Job {migration.job} restarted")
+                        except KubeError as delete_error:
+                            error = (exc.reason, f"{exc}; deleting migration Job "
+                                     f"{migration.job} to run it again failed: {delete_error}")
 
     desired = keep
     decision: sc.ScaleDecision | None = None
