@@ -36,7 +36,6 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-
 from controlplane.harness import ControlPlane, die_with_parent, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

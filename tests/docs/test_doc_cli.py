@@ -14,9 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from docsupport import (DOC_FILES, ROOT, TENURE, code_blocks, command_tree, help_default, help_env, inline_code,
-                        options, prose, same_value)
+from docsupport import (
+    DOC_FILES,
+    ROOT,
+    TENURE,
+    code_blocks,
+    command_tree,
+    help_default,
+    help_env,
+    inline_code,
+    options,
+    prose,
+    same_value,
+)
 
 SHELL_LANGS = {"", "sh", "bash", "shell", "console"}
 # `tenure` in command position: start of a span/line, after a shell operator or prompt, or a venv's bin/.

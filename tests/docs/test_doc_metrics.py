@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from docsupport import ROOT, TENURE, help_env, section
+
 from support.processes import wait_for
 from tenure.core.repository import Repository
 

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from docsupport import DOC_FILES, ROOT, code_blocks, inline_code, prose
 
 TOP_DIRS = ("src", "docs", "tests", "charts", "e2e", "bench", "scripts", "examples", "dashboards")

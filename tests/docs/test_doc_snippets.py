@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from docsupport import DOC_FILES, ROOT, Block, code_blocks, help_env, section
+
 from support.processes import wait_for
 from tenure.core.db import connect
 from tenure.core.repository import Repository

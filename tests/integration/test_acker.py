@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tenure.core.repository import Repository
-from tenure.worker.metrics import WorkerMetrics
 from tenure.worker.acker import Acker
 from tenure.worker.context import JobContext
+from tenure.worker.metrics import WorkerMetrics
 from tenure.worker.outcomes import Outcome
 from tenure.worker.slots import Slots
 

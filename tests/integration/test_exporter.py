@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from tenure.core.backoff import RetryPolicy
 from tenure.chaos.proxy import TcpProxy
+from tenure.core.backoff import RetryPolicy
 from tenure.core.repository import Repository
 from tenure.core.stats import QueueStats
 from tenure.observability.exporter import QueueCollector

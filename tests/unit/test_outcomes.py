@@ -10,8 +10,15 @@ from typing import Any
 import pytest
 
 from tenure.core.backoff import RetryPolicy
-from tenure.core.errors import (AmbiguousError, EffectInDoubt, EffectUnrecorded, InvalidPayload, LeaseLost,
-                                PermanentError, RetryableError)
+from tenure.core.errors import (
+    AmbiguousError,
+    EffectInDoubt,
+    EffectUnrecorded,
+    InvalidPayload,
+    LeaseLost,
+    PermanentError,
+    RetryableError,
+)
 from tenure.core.repository import ClaimedJob
 from tenure.worker.app import App
 from tenure.worker.context import EffectDeferred, JobContext

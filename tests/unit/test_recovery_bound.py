@@ -4,8 +4,8 @@ agree (issue 12, defect 3)."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from datetime import datetime, timezone
+from pathlib import Path
 
 from tenure.core.repository import ReapCandidate
 from tenure.observability import alerts

@@ -48,10 +48,10 @@ from typing import Any
 
 import psycopg
 
+from tenure.chaos import QUEUE
 from tenure.chaos.invariants import Timing, Verdict, check_all
 from tenure.chaos.proxy import TcpProxy
 from tenure.chaos.store import ChaosStore
-from tenure.chaos import QUEUE
 from tenure.core.db import connect
 from tenure.core.embedded import EmbeddedServer, ensure_server
 from tenure.core.errors import ConfigError

@@ -44,9 +44,9 @@ from tenure.chaos import QUEUE
 from tenure.chaos.store import ChaosStore
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import connect
+from tenure.core.errors import LeaseLost
 from tenure.core.repository import Repository
 from tenure.worker.app import App
-from tenure.core.errors import LeaseLost
 from tenure.worker.context import JobContext
 
 EXIT_CODE_KILLED = 137

@@ -24,6 +24,7 @@ import yaml
 from tenure.core.errors import ConfigError
 from tenure.reaper import reaper
 
+
 def _healthy_reap_seconds() -> float:
     """Seconds from a lease's expiry to its requeue by a healthy reaper with default settings:
     grace + alive-owner grace + one interval (a first expiry is requeued with no backoff)."""

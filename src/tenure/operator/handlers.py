@@ -42,12 +42,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tenure.core.errors import ConfigError
 from tenure.operator import reconcile as rc
 from tenure.operator import scaler as sc
 from tenure.operator import spec as s
 from tenure.operator.kube import Kube, KubeError, secret_value
-
-from tenure.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,14 @@ from typing import Any
 
 import psycopg
 
-from tenure.core.errors import (EffectInDoubt, EffectUnrecorded, LeaseLost, PermanentError,
-                                classify_exception, first_line)
+from tenure.core.errors import (
+    EffectInDoubt,
+    EffectUnrecorded,
+    LeaseLost,
+    PermanentError,
+    classify_exception,
+    first_line,
+)
 from tenure.core.repository import ClaimedJob
 
 log = logging.getLogger("tenure.worker")

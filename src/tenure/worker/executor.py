@@ -24,11 +24,11 @@ from tenure.core.backoff import RetryPolicy
 from tenure.core.db import Connection, connect
 from tenure.core.redaction import Redaction
 from tenure.core.repository import ClaimedJob, Repository
-from tenure.worker.metrics import WorkerMetrics
 from tenure.worker import outcomes
 from tenure.worker.acker import Acker
 from tenure.worker.app import App, Task
 from tenure.worker.context import JobContext
+from tenure.worker.metrics import WorkerMetrics
 from tenure.worker.outcomes import Outcome
 from tenure.worker.slots import Slots
 

@@ -11,8 +11,7 @@ import traceback
 from dataclasses import dataclass
 
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
-from tenure.core.errors import (AmbiguousError, EffectInDoubt, JobFailure, LeaseLost, PermanentError,
-                                classify_exception)
+from tenure.core.errors import AmbiguousError, EffectInDoubt, JobFailure, LeaseLost, PermanentError, classify_exception
 from tenure.core.redaction import Redaction
 from tenure.worker.app import Task
 from tenure.worker.context import EffectDeferred, JobContext

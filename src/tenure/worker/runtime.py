@@ -19,7 +19,6 @@ No job is ever written without its token.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
