@@ -126,10 +126,11 @@ class Heartbeater:
                 labels = (ctx.job.queue, ctx.job.task)
                 if outcome.id in overdue:
                     self._unconfirmed.pop(outcome.id, None)
-                    if outcome.outcome == "lost":  # already told; the database confirms: record it
-                        self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat",
-                                                        "token no longer current")
-                        if self.metrics:
+                    if outcome.outcome != "renewed":  # already told; the database confirms: record it
+                        why = ("maximum total lease reached" if outcome.outcome == "max_lease_reached"
+                               else "token no longer current")
+                        self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", why)
+                        if self.metrics and outcome.outcome == "lost":
                             self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
                     continue  # a renewal of a lease already given up changes nothing here
                 if outcome.outcome == "renewed":
