@@ -63,7 +63,7 @@ class Heartbeater:
     """Renews the leases of the jobs ``slots`` holds; reads them as a snapshot, never the live state."""
 
     def __init__(self, config: HeartbeatConfig, *, dsn: str, schema: str, worker_id: str, slots: Slots,
-                 metrics: WorkerMetrics | None, on_lost: Callable[[JobContext, str], None]) -> None:
+                 metrics: WorkerMetrics | None, on_lost: Callable[..., None]) -> None:
         config.validate()
         self.config = config
         self.schema, self.worker_id = schema, worker_id
@@ -96,7 +96,7 @@ class Heartbeater:
                 held = snapshot[jid]
                 if self.metrics:
                     self.metrics.leases_lost.labels(held.job.queue, held.job.task).inc()
-                self.on_lost(held, held.deadline_reason())
+                self.on_lost(held, held.deadline_reason(), local=True)
             lost = len(overdue)
             # Locally lost leases ride along until the database answers (a restart may fail
             # several beats), so a real loss is recorded as heartbeat_lost evidence.
