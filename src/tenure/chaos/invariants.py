@@ -187,7 +187,7 @@ def _fault_windows(faults: Iterable[Row]) -> tuple[list[_Window], dict[int, floa
             hangs[str(f["lock_token"])] = f
         elif kind in ("sigstop", "partition_drop", "partition_blackhole"):
             windows.append(_Window(kind, pid, start, end))
-        elif kind == "pg_restart":
+        elif kind == "pg_restart" or kind.startswith("failover_"):  # the database went away for everyone
             windows.append(_Window(kind, None, start, end))
     return windows, exits, hangs
 
@@ -230,7 +230,8 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
                    and (claimed_at is None or w.end >= claimed_at - EPSILON) and w.start <= reaped_at + EPSILON]
             kills = [w for w in own if w.kind == "kill"]
             held = [w for w in own if w.kind != "kill"]
-            restarts = [w for w in windows if w.kind == "pg_restart" and w.start <= reaped_at
+            restarts = [w for w in windows if (w.kind == "pg_restart" or w.kind.startswith("failover_"))
+                        and w.start <= reaped_at
                         and reaped_at <= w.end + timing.recovery_bound + 10]
             if kills:
                 cause, since = "kill", min(w.start for w in kills)
@@ -239,14 +240,14 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
                 cause, since, fault_end = w.kind, max(w.start, claimed_at or w.start), max(w.end, reaped_at)
             elif restarts:
                 w = restarts[-1]
-                cause, since, bound = "pg_restart", w.start, (w.end - w.start) + timing.recovery_bound + 10
+                cause, since, bound = w.kind, w.start, (w.end - w.start) + timing.recovery_bound + 10
                 fault_end = max(w.end, reaped_at)
         if cause == "unexplained":
             unexplained.append(f"job {jid} token {token[:8]} (pid {pid})")
         elif since is not None:
             took = reaped_at - since
             recovery[cause].append(took)
-            if cause != "pg_restart" and took > bound + EPSILON:
+            if cause != "pg_restart" and not cause.startswith("failover_") and took > bound + EPSILON:
                 v["recovery_bounded"].append(f"job {jid}: {cause} recovered after {took:.2f}s "
                                              f"(bound {bound:.2f}s)")
         # -- the survivor must have recorded its rejection ----------------------------------
@@ -266,7 +267,8 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
                         f"job {jid}: reaped token {token[:8]} of surviving pid {pid} ({cause}) left no "
                         f"recorded rejection")
     killed = recovery.get("kill", [])
-    all_faulted = [x for kind, xs in recovery.items() if kind != "pg_restart" for x in xs]
+    all_faulted = [x for kind, xs in recovery.items()
+                   if kind != "pg_restart" and not kind.startswith("failover_") for x in xs]
     verdict.figures.update({
         "reaps": len(reaps),
         "reaps_by_cause": {k: len(xs) for k, xs in sorted(recovery.items())} | (

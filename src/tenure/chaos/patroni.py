@@ -282,6 +282,7 @@ class PatroniCluster:
             self._layout()
             assert self.base is not None
             user = _run_as()
+            self.base.mkdir(parents=True, exist_ok=True)
             self.base.chmod(0o755)
             if user is not None:
                 _make_traversable(self.base)

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from tenure import __version__
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
-from tenure.core.db import Connection, connect
+from tenure.core.db import Connection, connect, needs_reconnect
 from tenure.core.errors import (AmbiguousError, ConfigError, JobFailure, LeaseLost, PermanentError,
                                 classify_exception)
 from tenure.core.redaction import Redaction
@@ -561,19 +561,22 @@ class Worker:
                         conn = self._connect_retrying("ack")
                     self._write_outcomes(Repository(conn, self.schema), batch)
                     batch = []
-                except psycopg.OperationalError as exc:
+                except psycopg.Error as exc:
+                    if not needs_reconnect(exc):
+                        # A row the database refuses must not block the others: write one by one,
+                        # and give up on the one that fails (its lease expires; the reaper recovers it).
+                        log.warning("acknowledgement batch refused, writing one by one: %s", exc)
+                        for outcome in batch:
+                            self._ack_single(conn, outcome)
+                        batch = []
+                        continue
+                    # Dead connection, or a demoted primary (25006): reconnect (a multi-host DSN
+                    # finds the new primary) and write the same outcomes again; never drop them.
                     log.warning("acknowledgement failed, retrying: %s", str(exc).splitlines()[0] if str(exc) else exc)
                     if conn is not None:
                         conn.close()
                     conn = None
                     time.sleep(0.5)
-                except psycopg.Error as exc:
-                    # A row the database refuses must not block the others: write one by one,
-                    # and give up on the one that fails (its lease expires; the reaper recovers it).
-                    log.warning("acknowledgement batch refused, writing one by one: %s", exc)
-                    for outcome in batch:
-                        self._ack_single(conn, outcome)
-                    batch = []
         if conn is not None:
             conn.close()
 
