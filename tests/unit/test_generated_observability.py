@@ -114,7 +114,8 @@ REQUIRED_ALERTS = {
     "TenureExpiredLeases", "TenureExpiredLeasesHigh", "TenureHeartbeatLagHigh",
     "TenureOldestRunningJobTooOld", "TenureReaperTooAggressive", "TenureDedupHitRateSpike",
     "TenureRetryStorm", "TenureDeadLetterQueueGrowing", "TenureOldestReadyJobOverSLA",
-    "TenureJobsPilingUpWorkersAlive", "TenureExporterDown",
+    "TenureJobsPilingUpWorkersAlive", "TenureExporterDown", "TenureClaimsStalled",
+    "TenureDatabaseReconnectBurst",
 }
 
 
@@ -135,7 +136,7 @@ def test_alert_follows_house_style(rule: dict[str, Any]) -> None:
     assert set(annotations) == {"summary", "description", "runbook_url"}
     assert annotations["summary"].strip()
     assert "$value" in annotations["description"]
-    if name != "TenureExporterDown":  # the exporter has no queue label
+    if name not in ("TenureExporterDown", "TenureDatabaseReconnectBurst"):  # no queue label: per process
         assert "{{ $labels.queue }}" in annotations["description"]
         assert "queue" in rule["expr"]
     assert annotations["runbook_url"] == (

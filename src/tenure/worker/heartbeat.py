@@ -164,5 +164,7 @@ class Heartbeater:
                 failures = 0
             except psycopg.Error as exc:
                 failures += 1
+                if self.metrics:
+                    self.metrics.db_reconnects.labels("heartbeat").inc()
                 log.warning("heartbeat failed (%d in a row): %s", failures, str(exc).splitlines()[0] if str(exc) else exc)
             self._stop.wait(self.config.interval if failures == 0 else min(self.config.interval, 1.0))

@@ -370,6 +370,7 @@ class Worker:
                 # claim may have taken are recovered by lease expiry.
                 log.warning("claim loop: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                 conn.close()
+                self.metrics.db_reconnects.labels("claim").inc()
                 time.sleep(min(cfg.poll_interval, 1.0))
                 conn = self._connect_retrying("claim")
                 repo = Repository(conn, self.schema)
@@ -573,6 +574,7 @@ class Worker:
                     # Dead connection, or a demoted primary (25006): reconnect (a multi-host DSN
                     # finds the new primary) and write the same outcomes again; never drop them.
                     log.warning("acknowledgement failed, retrying: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                    self.metrics.db_reconnects.labels("ack").inc()
                     if conn is not None:
                         conn.close()
                     conn = None
