@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,10 @@ def _cmd_chaos_ha(args: argparse.Namespace, config: h.ChaosConfig) -> int:
     ha_config = ha.HaConfig(replication=args.replication, faults=faults, rounds=args.rounds, rate=args.rate,
                             calm=args.calm)
     ha_config.validate()
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt  # unwinds through run_ha's cleanup: cluster, network, ledger, processes
+
+    signal.signal(signal.SIGTERM, stop)
     harness = ha.HaChaosHarness(config, ha_config, log_dir=Path(args.log_dir) if args.log_dir else None,
                                 progress=not args.quiet, keep=args.keep)
     report = harness.run_ha()
