@@ -93,3 +93,11 @@ def test_ledger_figures_of_a_clean_run_are_zero() -> None:
     figures = ledger_figures(ledger, [_job(0, "completed", [t1])], {0})
     assert (figures["jobs_lost"], figures["acked_completions_lost"], figures["jobs_run_twice"],
             figures["guarded_effects_rerun_after_ack"]) == (0, 0, 0, 0)
+
+
+def test_completion_gap_is_the_longest_gap_across_the_outage() -> None:
+    from tenure.chaos.ha import completion_gap
+    acks = [1.0, 1.2, 1.4, 10.0, 10.1, 30.0]
+    assert completion_gap(acks, 1.5, 3.0) == pytest.approx(8.6)   # 1.4 -> 10.0 spans the outage
+    assert completion_gap(acks, 12.0, 20.0) == pytest.approx(19.9)
+    assert completion_gap(acks, 31.0, 40.0) is None

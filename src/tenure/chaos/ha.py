@@ -105,7 +105,8 @@ class FailoverRecord:
     first_write: float | None = None
     """The first write a new primary accepted through the multi-host DSN."""
     healthy_again: float | None = None
-    first_completion: float | None = None
+    stall: float | None = None
+    """The longest gap between two completions acknowledged to workers that overlaps the outage."""
     error: str | None = None
 
     @property
@@ -115,8 +116,8 @@ class FailoverRecord:
 
     @property
     def stall_seconds(self) -> float | None:
-        """Workers stalled: from the same start to the first completion acknowledged to a worker."""
-        return None if self.first_completion is None else round(self.first_completion - self.unavailable_from, 3)
+        """Workers stalled: the longest gap between acknowledged completions across the outage."""
+        return None if self.stall is None else round(self.stall, 3)
 
 
 @dataclass
@@ -385,17 +386,22 @@ class HaChaosHarness(ChaosHarness):
                                ended=rec.first_write or rec.healthy_again or rec.started,
                                detail={"old": rec.old_primary, "new": rec.new_primary})
         jobs = store.jobs_summary(QUEUE)
-        timing = Timing(lease=c.lease, grace=c.grace, reaper_interval=c.reaper_interval, heartbeat=c.heartbeat,
-                        max_lease_total=c.max_lease_total, margin=c.recovery_margin)
-        verdict = check_all(jobs=jobs, reaps=store.reaps(QUEUE), faults=store.faults(),
-                            events=store.event_counts(QUEUE), planned=self.enqueued, timing=timing,
-                            run_end=time.time())
         with connect(self.ledger_dsn, application_name="tenure-chaos-ledger") as conn:
             ledger = ChaosStore(conn, self.schema).ledger_rows()
+        started_tokens = {str(r["lock_token"]) for r in ledger if r["kind"] == "handler_start"}
+        reaps = store.reaps(QUEUE)
+        for reap in reaps:
+            if str(reap["lock_token"]) not in started_tokens and not reap.get("worker_fence"):
+                reap["worker_fence"] = "claim_never_delivered"
+        timing = Timing(lease=c.lease, grace=c.grace, reaper_interval=c.reaper_interval, heartbeat=c.heartbeat,
+                        max_lease_total=c.max_lease_total, margin=c.recovery_margin)
+        verdict = check_all(jobs=jobs, reaps=reaps, faults=store.faults(),
+                            events=store.event_counts(QUEUE), planned=self.enqueued, timing=timing,
+                            run_end=time.time())
         figures = ledger_figures(ledger, jobs, set(self.enqueued_at))
+        acks = sorted(float(r["at"]) for r in ledger if r["kind"] == "completion_acked")
         for rec in self.failovers:
-            rec.first_completion = next((float(r["at"]) for r in ledger if r["kind"] == "completion_acked"
-                                         and float(r["at"]) > rec.unavailable_from), None)
+            rec.stall = completion_gap(acks, rec.unavailable_from, rec.first_write or rec.unavailable_from)
         fo = [r.failover_seconds for r in self.failovers if r.failover_seconds is not None]
         stall = [r.stall_seconds for r in self.failovers if r.stall_seconds is not None]
         figures.update({
@@ -406,6 +412,7 @@ class HaChaosHarness(ChaosHarness):
             "worker_stall_seconds": _stats(stall),
             "stale_writes_rejected": verdict.figures.get("stale_writes_rejected_total"),
             "reaps": verdict.figures.get("reaps"),
+            "claims_never_delivered": verdict.figures.get("fenced_attempts_claim_never_delivered"),
             "invariants_held": verdict.ok,
             "invariant_violations": {k: len(v) for k, v in verdict.violations.items() if v},
         })
@@ -418,6 +425,13 @@ class HaChaosHarness(ChaosHarness):
                         config={**asdict(c), **asdict(self.ha)}, wall_seconds=round(wall, 1),
                         skipped=self.skipped, failovers=failovers, figures=figures,
                         violations={k: v[:20] for k, v in verdict.violations.items() if v})
+
+
+def completion_gap(acks: list[float], start: float, end: float) -> float | None:
+    """The longest gap between consecutive acknowledged completions (sorted epochs) that overlaps
+    ``[start, end]``; None when no completion follows ``start``."""
+    gaps = [b - a for a, b in zip(acks, acks[1:]) if b > start and a < end]
+    return max(gaps) if gaps else None
 
 
 def _stats(values: list[float]) -> dict[str, float | int | None]:
@@ -491,6 +505,7 @@ def format_ha_report(report: HaReport) -> str:
         ("guarded effects re-run after acked success", str(f.get("guarded_effects_rerun_after_ack"))),
         ("provider calls repeated (deduplicated by key)", str(f.get("guarded_provider_calls_repeated"))),
         ("stale writes rejected", str(f.get("stale_writes_rejected"))),
+        ("claims committed but never delivered (reaped)", str(f.get("claims_never_delivered"))),
         ("chaos invariants", "held" if f.get("invariants_held") else f"VIOLATED {f.get('invariant_violations')}"),
         ("wall time", f"{report.wall_seconds}s"),
     ]

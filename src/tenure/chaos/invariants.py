@@ -198,7 +198,7 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
     windows, exits, hangs = _fault_windows(faults)
     recovery: dict[str, list[float]] = defaultdict(list)
     unexplained: list[str] = []
-    rejections_expected = rejections_found = self_fenced = effect_rejections = 0
+    rejections_expected = rejections_found = self_fenced = effect_rejections = never_delivered = 0
     for r in reaps:
         jid, token = r["job_id"], str(r["lock_token"])
         reaped_at = float(r["reaped_at"])
@@ -262,6 +262,10 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
                     self_fenced += 1  # stopped on check_lease() before writing anything: nothing to reject
                 elif fence == "effect_succeed_rejected":
                     effect_rejections += 1  # rejected by the execution store; job_events lacks it (core gap)
+                elif fence == "claim_never_delivered":
+                    # HA runs: the claim committed (and replicated) but the primary failed before the
+                    # worker read the reply, so no handler ever ran under this token (ledger).
+                    never_delivered += 1
                 else:
                     v["stale_writes_fenced"].append(
                         f"job {jid}: reaped token {token[:8]} of surviving pid {pid} ({cause}) left no "
@@ -283,6 +287,7 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
         "fenced_attempts_with_recorded_rejection": rejections_found,
         "fenced_attempts_self_fenced_before_writing": self_fenced,
         "fenced_attempts_effect_succeed_rejected_unrecorded": effect_rejections,
+        "fenced_attempts_claim_never_delivered": never_delivered,
     })
 
 
