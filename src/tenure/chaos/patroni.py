@@ -437,7 +437,9 @@ class PatroniCluster:
                "--primary", leader, "--force"]
         if candidate:
             cmd += ["--candidate", candidate]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        # patronictl joins the Raft DCS as a read-only node first: on a loaded machine that alone
+        # has taken a minute (measured 58 s with load average 40), hence the generous timeout.
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         if result.returncode != 0:
             raise ClusterError(f"patronictl switchover failed ({result.returncode}): "
                                f"{(result.stdout + result.stderr).strip()[-500:]}")
