@@ -587,6 +587,13 @@ class Worker:
             assert conn is not None
             self._write_outcomes(Repository(conn, self.schema), [outcome])
         except psycopg.Error as exc:
+            if needs_reconnect(exc):
+                # The connection died (or the primary was demoted) mid-batch: not this row's fault.
+                # Queue it again; the loop reconnects before writing it.
+                log.warning("acknowledgement of job %s interrupted, retrying: %s", outcome.ctx.job.id,
+                            str(exc).splitlines()[0] if str(exc) else exc)
+                self._acks.put(outcome)
+                return
             log.error("could not record the outcome (%s) of job %s; its lease will expire: %s",
                       outcome.kind, outcome.ctx.job.id, exc, extra=outcome.ctx.log_extra)
             with self._lock:
