@@ -62,9 +62,9 @@ def main() -> int:
 
 
 def summarize(out: Path, modes: list[str]) -> str:
-    lines = ["| mode | fault | failovers | failover time p50 / max (s) | worker stall p50 / max (s) |",
+    lines = ["| mode | fault | primary moved / injected | failover time p50 / max (s) | worker stall p50 / max (s) |",
              "|---|---|---|---|---|"]
-    totals = ["", "| mode | runs | failovers | jobs | jobs lost | acked completions lost | jobs run twice | "
+    totals = ["", "| mode | runs | failovers (primary moved) | jobs | jobs lost | acked completions lost | jobs run twice | "
               "guarded effects re-run after acked success | provider calls repeated (deduplicated) | "
               "stale writes rejected | every invariant held |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode in modes:
@@ -79,15 +79,18 @@ def summarize(out: Path, modes: list[str]) -> str:
                 by_kind[f["kind"]].append(f)
         for kind, fs in sorted(by_kind.items()):
             fo = [f["failover_seconds"] for f in fs if f["failover_seconds"] is not None]
-            st = [f["stall_seconds"] for f in fs if f["stall_seconds"] is not None]
+            st = [f["stall_seconds"] for f in fs if f["stall_seconds"] is not None and f["failover_seconds"] is not None]
             errors = sum(1 for f in fs if f.get("error"))
-            lines.append(f"| {mode} | {kind} | {len(fs)}{f' ({errors} with errors)' if errors else ''} | "
+            moved = sum(1 for f in fs if f.get("new_primary") and f["new_primary"] != f["old_primary"])
+            lines.append(f"| {mode} | {kind} | {moved} of {len(fs)}{f' ({errors} with errors)' if errors else ''} | "
                          f"{q(fo, 0.5)} / {q(fo, 1.0)} | {q(st, 0.5)} / {q(st, 1.0)} |")
 
         def total(key: str) -> int:
             return sum(int(r["figures"].get(key) or 0) for r in reports)
         held = sum(1 for r in reports if r["figures"].get("invariants_held"))
-        totals.append(f"| {mode} | {len(reports)} | {total('failovers')} | {total('jobs_enqueued_acked')} | "
+        moved_total = sum(1 for r in reports for f in r["failovers"]
+                          if f.get("new_primary") and f["new_primary"] != f["old_primary"])
+        totals.append(f"| {mode} | {len(reports)} | {moved_total} | {total('jobs_enqueued_acked')} | "
                       f"{total('jobs_lost')} | {total('acked_completions_lost')} of {total('acked_completions')} | "
                       f"{total('jobs_run_twice')} | {total('guarded_effects_rerun_after_ack')} | "
                       f"{total('guarded_provider_calls_repeated')} | {total('stale_writes_rejected')} | "

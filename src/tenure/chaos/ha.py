@@ -401,7 +401,8 @@ class HaChaosHarness(ChaosHarness):
         figures = ledger_figures(ledger, jobs, set(self.enqueued_at))
         acks = sorted(float(r["at"]) for r in ledger if r["kind"] == "completion_acked")
         for rec in self.failovers:
-            rec.stall = completion_gap(acks, rec.unavailable_from, rec.first_write or rec.unavailable_from)
+            if rec.first_write is not None:  # no new primary seen: no outage to measure
+                rec.stall = completion_gap(acks, rec.unavailable_from, rec.first_write)
         fo = [r.failover_seconds for r in self.failovers if r.failover_seconds is not None]
         stall = [r.stall_seconds for r in self.failovers if r.stall_seconds is not None]
         figures.update({
