@@ -441,8 +441,10 @@ class PatroniCluster:
         # has taken a minute (measured 58 s with load average 40), hence the generous timeout.
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         if result.returncode != 0:
+            lines = [ln for ln in (result.stdout + result.stderr).splitlines()
+                     if ln.strip() and not ln.lstrip().startswith(("|", "+"))]  # drop the member table
             raise ClusterError(f"patronictl switchover failed ({result.returncode}): "
-                               f"{(result.stdout + result.stderr).strip()[-500:]}")
+                               + " / ".join(lines)[-500:])
         return result
 
     def kill_postmaster(self, name: str) -> int:
