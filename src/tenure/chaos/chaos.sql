@@ -196,3 +196,48 @@ SELECT id, pid FROM {schema}.workers;
 SELECT w.pid, count(*)::int AS running
 FROM {schema}.jobs j JOIN {schema}.workers w ON w.id = j.locked_by
 WHERE j.status = 'running' GROUP BY w.pid;
+
+-- name: chaos_ha_setup
+-- Create the HA run's tables: the write probe (on the cluster) or the ledger (on the harness's own server, outside the cluster).
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.chaos_ledger (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind        text        NOT NULL CHECK (kind IN ('enqueue_acked', 'handler_start', 'provider_call',
+                                                     'effect_acked', 'completion_acked')),
+    job_n       integer     NOT NULL,
+    job_id      bigint,
+    lock_token  uuid,
+    idem_key    text,
+    applied     boolean,
+    pid         integer,
+    at          float8      NOT NULL DEFAULT extract(epoch FROM clock_timestamp())
+);
+CREATE UNIQUE INDEX IF NOT EXISTS chaos_ledger_provider_key ON {schema}.chaos_ledger (idem_key)
+    WHERE kind = 'provider_call' AND applied;
+CREATE TABLE IF NOT EXISTS {schema}.chaos_probe (
+    id  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: chaos_ha_probe
+-- A write on whichever server the multi-host DSN reached: which server took it (fails on a standby).
+INSERT INTO {schema}.chaos_probe DEFAULT VALUES
+RETURNING host(inet_server_addr()) AS host, inet_server_port() AS port;
+
+-- name: chaos_ledger_record
+-- Append one fact to the HA run's ledger (outside the cluster: it survives every failover).
+INSERT INTO {schema}.chaos_ledger (kind, job_n, job_id, lock_token, pid)
+VALUES (%(kind)s, %(n)s, %(job_id)s, %(token)s, %(pid)s);
+
+-- name: chaos_ledger_provider_call
+-- The external provider of the guarded effect, honouring its idempotency key: applied once, a repeat is logged as deduplicated.
+INSERT INTO {schema}.chaos_ledger (kind, job_n, job_id, lock_token, idem_key, applied, pid)
+SELECT 'provider_call', %(n)s, %(job_id)s, %(token)s, %(key)s,
+       NOT EXISTS (SELECT 1 FROM {schema}.chaos_ledger
+                   WHERE kind = 'provider_call' AND applied AND idem_key = %(key)s), %(pid)s
+RETURNING applied;
+
+-- name: chaos_ledger_rows
+-- Every ledger fact, oldest first, for the end-of-run checks.
+SELECT kind, job_n, job_id, lock_token::text AS lock_token, idem_key, applied, pid, at
+FROM {schema}.chaos_ledger ORDER BY id;

@@ -182,8 +182,10 @@ class Heartbeater:
 
     def _loop(self) -> None:
         retry = min(self.config.interval, 1.0)
+        metrics = self.metrics
         run_service("heartbeat", self._step, stop=self._stop, conn=self._conn, log=log,
-                    error_pause=retry, max_error_pause=retry)
+                    error_pause=retry, max_error_pause=retry,
+                    on_error=(lambda: metrics.db_reconnects.labels("heartbeat").inc()) if metrics else None)
 
     def _step(self, conn: ServiceConnection) -> float:
         self.run_once()
