@@ -57,6 +57,8 @@ class Contender:
     describe: str
     stop_when_done: bool = False
     """Send SIGTERM once the backlog is done (for workers without a drain/burst mode)."""
+    base: bool = False
+    """Run the tenure sources given by ``--base-src`` (an older checkout) instead of this one."""
 
 
 def _tenure(*extra: str, app: str = "bench.apps:async_app") -> tuple[str, ...]:
@@ -87,13 +89,23 @@ CONTENDERS: dict[str, Contender] = {c.key: c for c in (
     Contender("pgqueuer-qm", "pgqueuer", 2,
               (sys.executable, "-m", "bench.worker", "pgqueuer", "work", "--dsn", "{dsn}", "--batch", "100"),
               "old harness: 2 × QueueManager.run(batch_size=100), continuous mode", stop_when_done=True),
+    Contender("tenure-base", "tenure", 2,
+              (sys.executable, "-m", "tenure.cli", "--database-url", "{dsn}", "worker", "--app",
+               "bench.apps:async_app", "--burst", "--concurrency", "200", "--claim-batch", "100"),
+              "as `tenure`, with the sources of --base-src (before/after in one run)", base=True),
+    Contender("tenure-oob-base", "tenure", 1,
+              (sys.executable, "-m", "tenure.cli", "--database-url", "{dsn}", "worker", "--app",
+               "bench.apps:sync_app", "--burst"),
+              "as `tenure-oob`, with the sources of --base-src", base=True),
     Contender("floor", "floor", 2, (), "pgbench, 2 clients, claim 100 SKIP LOCKED + complete by token"),
 )}
 BEST = ("tenure", "pgqueuer")
 OUT_OF_THE_BOX = ("tenure-oob", "pgqueuer-oob")
 DEFAULT_SET = ("tenure", "pgqueuer", "tenure-oob", "pgqueuer-oob", "floor")
 PAIRS = (("tenure", "pgqueuer"), ("tenure-oob", "pgqueuer-oob"), ("tenure-lib", "pgqueuer-qm"),
-         ("tenure", "floor"))
+         ("tenure", "floor"), ("tenure", "tenure-base"), ("tenure-base", "pgqueuer"),
+         ("tenure-oob", "tenure-oob-base"), ("tenure-oob-base", "pgqueuer-oob"), ("tenure", "tenure-lib"),
+         ("pgqueuer", "pgqueuer-qm"))
 
 
 @dataclass
@@ -175,16 +187,23 @@ def remaining_sql(system: str) -> str:
             "floor": q["floor_remaining"]}[system]
 
 
-def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0) -> CompareResult:
+def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
+            base_src: Path | None = None) -> CompareResult:
     dsn = prepare(server, c.system, n)
     probe = psycopg.connect(dsn, autocommit=True)
     sql = remaining_sql(c.system)
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "BENCH_DSN": dsn, "PGQUEUER_LOG_LEVEL": "INFO"}
+    path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    if c.base:
+        if base_src is None:
+            raise RuntimeError(f"{c.key} needs --base-src (a directory holding an older src/tenure)")
+        path = f"{base_src}{os.pathsep}{path}"
+    env = {**os.environ, "PYTHONPATH": path, "BENCH_DSN": dsn}
     env.pop("TENURE_DATABASE_URL", None)
     if c.system == "floor":
         from tenure.core.embedded import bin_dir
-        per_client = n // (100 * c.processes)
+        # One spare transaction per client: near the end SKIP LOCKED can hand a claim fewer than
+        # 100 rows, and the spare ones (claiming nothing) make sure the whole backlog drains.
+        per_client = n // (100 * c.processes) + 1
         argv = [str(bin_dir() / "pgbench"), "-n", "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres",
                 "-c", str(c.processes), "-j", str(c.processes), "-t", str(per_client), "-D", "batch=100",
                 "-f", str(FLOOR_SCRIPT), dsn.rsplit("/", 1)[1]]
@@ -313,15 +332,23 @@ def table(results: dict[str, list[CompareResult]], n: int) -> tuple[str, dict[st
     return text, data
 
 
+def compile_sources() -> None:
+    """Byte-compile tenure and the bench once, as a wheel install or the image does (an editable
+    install under PYTHONDONTWRITEBYTECODE=1 would otherwise recompile every module per process)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src"), str(ROOT / "bench")],
+                   check=False, stdout=subprocess.DEVNULL)
+
+
 def scenario_compare(server: Any, args: Any, rep: Any) -> None:
     """Interleaved CLI-process comparison (see the module docstring)."""
+    compile_sources()
     n = args.backlog or (QUICK_BACKLOG if args.quick else FULL_BACKLOG)
     keys = tuple(args.contenders or DEFAULT_SET)
     runs = args.runs
     results: dict[str, list[CompareResult]] = {k: [] for k in keys}
     from bench.runner import log
     for run, key in stats.interleave(list(keys), runs):
-        r = run_one(server, CONTENDERS[key], n)
+        r = run_one(server, CONTENDERS[key], n, base_src=args.base_src)
         results[key].append(r)
         log(f"  [compare {run + 1}/{runs}] {key}: steady {r.steady_rate:,.0f}/s, end to end {r.e2e_rate:,.0f}/s "
             f"({r.e2e_seconds:.2f} s; first job done at {r.first_done_seconds:.2f} s, exit {r.tail_seconds:.2f} s "

@@ -610,6 +610,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contender", dest="contenders", action="append", choices=sorted(CONTENDERS),
                         help="compare: contenders to run (repeatable; default: tenure, pgqueuer, their "
                              "out-of-the-box configurations and the SQL floor)")
+    parser.add_argument("--base-src", type=Path, default=None,
+                        help="compare: a directory holding an older src/tenure for the *-base contenders "
+                             "(e.g. `git archive OLD src | tar -x -C DIR`, then DIR/src)")
     parser.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
     parser.add_argument("--output", type=Path, help="JSON results file (default bench/results/<time>.json)")
     args = parser.parse_args(argv)
