@@ -350,13 +350,22 @@ def scenario_compare(server: Any, args: Any, rep: Any) -> None:
     runs = args.runs
     results: dict[str, list[CompareResult]] = {k: [] for k in keys}
     from bench.runner import log
+    failures: list[str] = []
     for run, key in stats.interleave(list(keys), runs):
-        r = run_one(server, CONTENDERS[key], n, base_src=args.base_src)
+        try:
+            r = run_one(server, CONTENDERS[key], n, base_src=args.base_src, timeout=max(300.0, n / 50))
+        except RuntimeError as exc:  # one stuck or failed run must not lose the others
+            failures.append(f"run {run + 1} {key}: {str(exc)[:300]}")
+            log(f"  [compare {run + 1}/{runs}] {key}: FAILED: {str(exc)[:300]}")
+            continue
         results[key].append(r)
         log(f"  [compare {run + 1}/{runs}] {key}: steady {r.steady_rate:,.0f}/s, end to end {r.e2e_rate:,.0f}/s "
             f"({r.e2e_seconds:.2f} s; first job done at {r.first_done_seconds:.2f} s, exit {r.tail_seconds:.2f} s "
             f"after the last), CPU/job steady {r.steady_worker_cpu_per_job_us:.0f} + "
             f"{r.steady_db_cpu_per_job_us:.0f} µs, load {r.load_average:.1f}")
     text, data = table(results, n)
+    data["failures"] = failures
+    if failures:
+        text += "\n\nfailed runs (not in the medians):\n" + "\n".join(f"- {f}" for f in failures)
     rep.data["compare"] = data
     rep.add(f"CLI processes timed from outside, backlog {n:,} no-op jobs, {runs} interleaved run(s)", text)
