@@ -57,7 +57,7 @@ WITH picked AS (
     RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
               j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
               j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
-              extract(epoch FROM now() - j.available_at)::float8 AS wait_seconds
+              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds
 )
 SELECT * FROM claimed;
 
