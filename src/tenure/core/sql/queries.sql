@@ -117,8 +117,14 @@ WITH done AS (
            jsonb_build_object('fence', fence, 'started_at', started_at)
     FROM updated
 ), rejected AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, reason)
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
     SELECT d.id, coalesce(j.queue_name, ''), 'stale_completion_rejected', d.token, %(worker_id)s,
+           -- the stale attempt's own number (the job's count has moved on): from the record that
+           -- ended that attempt (a `claimed` row before issue 13), else from the row it still holds
+           coalesce((SELECT c.attempt FROM {schema}.job_events c
+                     WHERE c.job_id = d.id AND c.lock_token = d.token
+                       AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
+                    CASE WHEN j.lock_token = d.token THEN j.attempt_count END),
            'token no longer current'
     FROM done d LEFT JOIN {schema}.jobs j ON j.id = d.id
     WHERE NOT EXISTS (SELECT 1 FROM updated u WHERE u.id = d.id)
@@ -196,9 +202,16 @@ RETURNING id;
 
 -- name: job_event_stale_write
 -- Record a rejected stale write (heartbeat, retry, dead-letter, release, checkpoint) for the audit trail.
-INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, reason, detail)
+INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
 SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s), ''),
-       %(event)s, %(token)s, %(worker_id)s, %(reason)s, jsonb_build_object('operation', %(operation)s::text);
+       %(event)s, %(token)s, %(worker_id)s,
+       -- the stale attempt's number: from the record that ended it (a `claimed` row before
+       -- issue 13), else from the row it still holds
+       coalesce((SELECT c.attempt FROM {schema}.job_events c
+                 WHERE c.job_id = %(id)s AND c.lock_token = %(token)s
+                   AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
+                (SELECT attempt_count FROM {schema}.jobs WHERE id = %(id)s AND lock_token = %(token)s)),
+       %(reason)s, jsonb_build_object('operation', %(operation)s::text);
 
 -- name: job_reap_candidates
 -- Lock (SKIP LOCKED) a bounded batch of running jobs whose lease expired more than `grace` ago (R7); owners judged by the registry.
@@ -256,6 +269,31 @@ WITH input AS (
 )
 SELECT id, queue_name, dead FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
 
+-- name: reaper_cycle_record
+-- Count one finished reaper cycle (any reaper: CronJob, loop or in-worker) with its duration and jobs reaped, by the DB clock.
+INSERT INTO {schema}.reaper_cycles AS c (id, cycles, last_finished_at, last_seconds, last_reaped, last_reaper_id)
+VALUES (true, 1, now(), %(seconds)s, %(reaped)s, %(reaper_id)s)
+ON CONFLICT (id) DO UPDATE
+SET cycles = c.cycles + 1, last_finished_at = now(), last_seconds = excluded.last_seconds,
+    last_reaped = excluded.last_reaped, last_reaper_id = excluded.last_reaper_id;
+
+-- name: reaper_cycle_get
+-- The reaper cycle counter and the last cycle (no row before any reaper ran), for the exporter.
+SELECT cycles, extract(epoch FROM last_finished_at)::float8 AS last_finished_epoch,
+       last_seconds, last_reaped
+FROM {schema}.reaper_cycles WHERE id;
+
+-- name: job_reap_counts
+-- Reaped jobs ever, per queue, outcome (requeued / dead_lettered) and owner status at reap time, from the audited reap events.
+SELECT queue_name AS queue,
+       CASE WHEN event = 'reaped_to_dead_letter' THEN 'dead_lettered' ELSE 'requeued' END AS outcome,
+       coalesce(detail->>'owner_status', 'unknown') AS owner_status,
+       count(*)::bigint AS reaped
+FROM {schema}.job_events
+WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
 -- name: job_get
 -- One job by id, with the DB clock's view of its lease.
 SELECT j.*, now() AS db_now, (j.status = 'running' AND j.lease_expires_at < now()) AS lease_expired
@@ -277,15 +315,20 @@ WITH pending AS (
     FROM {schema}.jobs WHERE status = 'pending' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
     GROUP BY queue_name
 ), running AS (
-    SELECT queue_name,
+    SELECT j.queue_name,
            count(*) AS running,
-           count(*) FILTER (WHERE lease_expires_at < now()) AS running_expired,
-           coalesce(extract(epoch FROM now() - min(started_at)), 0) AS oldest_running_age,
-           coalesce(extract(epoch FROM now() - min(last_heartbeat_at)), 0) AS lag_max,
-           coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM now() - last_heartbeat_at)), 0) AS lag_p95,
-           count(*) FILTER (WHERE attempt_count > 1) AS redelivered
-    FROM {schema}.jobs WHERE status = 'running' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
-    GROUP BY queue_name
+           count(*) FILTER (WHERE j.lease_expires_at < now()) AS running_expired,
+           coalesce(extract(epoch FROM now() - min(j.started_at)), 0) AS oldest_running_age,
+           coalesce(extract(epoch FROM now() - min(j.last_heartbeat_at)), 0) AS lag_max,
+           coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM now() - j.last_heartbeat_at)), 0) AS lag_p95,
+           count(*) FILTER (WHERE j.attempt_count > 1) AS redelivered,
+           count(w.id) AS in_flight
+    FROM {schema}.jobs j
+    LEFT JOIN {schema}.workers w
+           ON w.id = j.locked_by AND w.stopped_at IS NULL
+          AND w.last_seen_at > now() - make_interval(secs => 3 * w.heartbeat_seconds)
+    WHERE j.status = 'running' AND (%(queue)s::text IS NULL OR j.queue_name = %(queue)s::text)
+    GROUP BY j.queue_name
 ), failed AS (
     SELECT queue_name, count(*) AS failed FROM {schema}.jobs
     WHERE status = 'failed' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text) GROUP BY queue_name
@@ -306,6 +349,7 @@ WITH pending AS (
 SELECT q.queue_name AS queue,
        coalesce(p.ready, 0)::bigint AS ready, coalesce(p.scheduled, 0)::bigint AS scheduled,
        coalesce(r.running, 0)::bigint AS running, coalesce(r.running_expired, 0)::bigint AS running_expired,
+       coalesce(r.in_flight, 0)::bigint AS in_flight,
        coalesce(f.failed, 0)::bigint AS failed,
        coalesce(p.oldest_ready_age, 0)::float8 AS oldest_ready_age_seconds,
        coalesce(r.oldest_running_age, 0)::float8 AS oldest_running_age_seconds,
@@ -361,20 +405,24 @@ DELETE FROM {schema}.workers
 WHERE coalesce(stopped_at, last_seen_at) < now() - make_interval(secs => %(older_than)s);
 
 -- name: execution_claim
--- Atomically claim an idempotency key (R14): insert, or take over only a non-succeeded key whose lease has expired.
+-- Atomically claim an idempotency key (R14): insert, or take over only a non-succeeded key whose lease has expired; a key left in flight (or given up in doubt) is taken over in doubt.
 WITH claimed AS (
     INSERT INTO {schema}.job_executions AS e (idempotency_key, status, job_id, lock_token, lease_until)
     VALUES (%(key)s, 'processing', %(job_id)s, %(token)s, now() + make_interval(secs => %(lease)s))
     ON CONFLICT (idempotency_key) DO UPDATE
     SET status = 'processing', job_id = excluded.job_id, lock_token = excluded.lock_token,
         lease_until = excluded.lease_until, attempt_count = e.attempt_count + 1,
-        claimed_at = now(), updated_at = now()
+        claimed_at = now(), updated_at = now(),
+        -- The previous holder recorded neither success nor failure: its body may have run.
+        last_error_code = CASE WHEN (e.status = 'processing' AND e.lock_token IS DISTINCT FROM excluded.lock_token)
+                                    OR e.last_error_code = 'in_doubt' THEN 'in_doubt' END
     WHERE e.status <> 'succeeded'
       AND (e.status IN ('retrying', 'failed') OR e.lease_until IS NULL OR e.lease_until < now()
            OR e.lock_token = excluded.lock_token)
-    RETURNING e.attempt_count
+    RETURNING e.attempt_count, e.last_error_code
 )
-SELECT 'claimed' AS outcome, NULL::text AS result_ref, attempt_count FROM claimed
+SELECT CASE WHEN last_error_code = 'in_doubt' THEN 'in_doubt' ELSE 'claimed' END AS outcome,
+       NULL::text AS result_ref, attempt_count FROM claimed
 UNION ALL
 SELECT CASE WHEN e.status = 'succeeded' THEN 'already_succeeded' ELSE 'leased_by_other_worker' END,
        e.result_ref, e.attempt_count
@@ -484,6 +532,10 @@ SELECT queue_name, task, count(*)::bigint AS runs,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime)::float8 AS p99,
        max(runtime)::float8 AS max
 FROM runs GROUP BY queue_name, task ORDER BY queue_name, task;
+
+-- name: queue_listen
+-- Subscribe this connection to the schema's wake-up channel (notified on enqueue, release and requeue).
+LISTEN {channel};
 
 -- name: db_now
 -- The database clock, the only clock leases are judged by.
