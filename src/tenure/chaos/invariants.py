@@ -129,6 +129,9 @@ def check_jobs(verdict: Verdict, jobs: Sequence[Row], planned: int) -> None:
         if st != "completed" and j["completions"]:
             v["single_completion"].append(f"job {jid} is {st} but has a completion event")
         final = j["final_claim_token"]
+        for token in j.get("unrecorded_tokens") or []:
+            v["stale_writes_fenced"].append(
+                f"job {jid}: a write by token {str(token)[:8]} was rejected but no attempt record has that token")
         for token in j["completion_tokens"] or []:
             if token != final:
                 v["stale_writes_fenced"].append(

@@ -16,11 +16,12 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from tenure.core.errors import ConfigError, JobSpecError, PayloadError, SchemaTooNewError
@@ -140,6 +141,13 @@ class ClaimedJob:
     checkpoint_data: Any
     lease_expires_at: datetime
     wait_seconds: float
+
+
+_CLAIMED_FIELDS = tuple(f.name for f in dataclass_fields(ClaimedJob))
+_CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "attempt_count", "max_attempts",
+                  "lock_token", "fence", "idempotency_key", "correlation_id", "checkpoint_step", "checkpoint_data",
+                  "lease_expires_at", "wait_seconds")
+"""``job_claim``'s columns, position by position the fields of :class:`ClaimedJob`."""
 
 
 @dataclass(frozen=True)
@@ -289,16 +297,25 @@ class Repository:
 
     # -- the lease protocol ----------------------------------------------------------------
     def claim(self, worker_id: str, queues: Sequence[str], limit: int, lease: float) -> list[ClaimedJob]:
-        rows = self._rows("job_claim", {"queues": list(queues), "limit": limit,
-                                        "lease": float(lease), "worker_id": worker_id})
-        return [ClaimedJob(
-            id=r["id"], queue=r["queue_name"], task=r["task"], payload=r["payload"],
-            payload_version=r["payload_version"], attempt=r["attempt_count"],
-            max_attempts=r["max_attempts"], lock_token=r["lock_token"], fence=r["fence"],
-            idempotency_key=r["idempotency_key"], correlation_id=r["correlation_id"],
-            checkpoint_step=r["checkpoint_step"], checkpoint_data=r["checkpoint_data"],
-            lease_expires_at=r["lease_expires_at"], wait_seconds=max(0.0, r["wait_seconds"]))
-            for r in rows]
+        """Claim up to ``limit`` ready jobs. The hot path: rows arrive as tuples in
+        :class:`ClaimedJob`'s field order (checked against the statement's columns on every
+        call) and become jobs without a dict per row or the frozen ``__init__``."""
+        with self.conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(self._q["job_claim"], {"queues": list(queues), "limit": limit,
+                                               "lease": float(lease), "worker_id": worker_id})
+            if cur.description is None:
+                return []
+            names = tuple(c.name for c in cur.description)
+            if names != _CLAIM_COLUMNS:
+                raise RuntimeError(f"job_claim returns {names}, expected {_CLAIM_COLUMNS} (ClaimedJob's order)")
+            rows = cur.fetchall()
+        new, fields = object.__new__, _CLAIMED_FIELDS
+        jobs = []
+        for row in rows:
+            job = new(ClaimedJob)
+            job.__dict__.update(zip(fields, row))
+            jobs.append(job)
+        return jobs
 
     def heartbeat(self, worker_id: str, held: Sequence[tuple[int, uuid.UUID]], lease: float,
                   max_lease_total: float, effect_tokens: Sequence[uuid.UUID] = (),

@@ -38,6 +38,8 @@ SELECT count(*)::int AS inserted FROM ins WHERE (SELECT count(*) FROM notified) 
 
 -- name: job_claim
 -- Claim up to `limit` ready jobs atomically (SKIP LOCKED): fresh token and fence per job, lease from the DB clock (R1).
+-- A running attempt is recorded on its jobs row (owner, token, fence, started_at); its audit row (the attempt
+-- record) is written once, by whatever ends the attempt, so a claim inserts nothing into job_events.
 WITH picked AS (
     SELECT id FROM {schema}.jobs
     WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[]) AND available_at <= now()
@@ -55,10 +57,7 @@ WITH picked AS (
     RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
               j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
               j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
-              extract(epoch FROM now() - j.available_at)::float8 AS wait_seconds
-), events AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt)
-    SELECT id, queue_name, 'claimed', lock_token, %(worker_id)s, attempt_count FROM claimed
+              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds
 )
 SELECT * FROM claimed;
 
@@ -101,6 +100,7 @@ LEFT JOIN {schema}.jobs j ON j.id = h.id;
 
 -- name: job_complete_many
 -- Complete a batch of jobs, each a CAS on (id, running, worker, token); stale attempts are rejected and recorded.
+-- The `completed` row is the attempt record: token, worker, attempt, and in `detail` its fence and start.
 WITH done AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
 ), updated AS (
@@ -110,16 +110,21 @@ WITH done AS (
     FROM done
     WHERE j.id = done.id AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = done.token
-    RETURNING j.id, j.queue_name, j.attempt_count, done.token
+    RETURNING j.id, j.queue_name, j.attempt_count, done.token, j.fence, j.started_at
 ), accepted AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt)
-    SELECT id, queue_name, 'completed', token, %(worker_id)s, attempt_count FROM updated
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, detail)
+    SELECT id, queue_name, 'completed', token, %(worker_id)s, attempt_count,
+           jsonb_build_object('fence', fence, 'started_at', started_at)
+    FROM updated
 ), rejected AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
     SELECT d.id, coalesce(j.queue_name, ''), 'stale_completion_rejected', d.token, %(worker_id)s,
-           -- the stale attempt's own number, from its claim (the job's count has moved on)
-           (SELECT c.attempt FROM {schema}.job_events c
-            WHERE c.job_id = d.id AND c.lock_token = d.token AND c.event = 'claimed' LIMIT 1),
+           -- the stale attempt's own number (the job's count has moved on): from the record that
+           -- ended that attempt (a `claimed` row before issue 13), else from the row it still holds
+           coalesce((SELECT c.attempt FROM {schema}.job_events c
+                     WHERE c.job_id = d.id AND c.lock_token = d.token
+                       AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
+                    CASE WHEN j.lock_token = d.token THEN j.attempt_count END),
            'token no longer current'
     FROM done d LEFT JOIN {schema}.jobs j ON j.id = d.id
     WHERE NOT EXISTS (SELECT 1 FROM updated u WHERE u.id = d.id)
@@ -138,11 +143,11 @@ WITH updated AS (
         updated_at = now()
     WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = %(token)s
-    RETURNING j.id, j.queue_name, j.attempt_count
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at
 ), event AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT id, queue_name, 'retry_scheduled', %(token)s, %(worker_id)s, attempt_count, %(error_code)s,
-           jsonb_build_object('delay_seconds', %(delay)s::float8)
+           jsonb_build_object('delay_seconds', %(delay)s::float8, 'fence', fence, 'started_at', started_at)
     FROM updated
 )
 SELECT count(*)::int AS accepted FROM updated;
@@ -159,10 +164,11 @@ WITH updated AS (
         updated_at = now()
     WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = %(token)s
-    RETURNING j.id, j.queue_name, j.attempt_count
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at
 ), event AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
-    SELECT id, queue_name, 'dead_lettered', %(token)s, %(worker_id)s, attempt_count, %(error_code)s
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name, 'dead_lettered', %(token)s, %(worker_id)s, attempt_count, %(error_code)s,
+           jsonb_build_object('fence', fence, 'started_at', started_at)
     FROM updated
 )
 SELECT count(*)::int AS accepted FROM updated;
@@ -176,10 +182,12 @@ WITH updated AS (
         lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
     WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = %(token)s
-    RETURNING j.id, j.queue_name, j.attempt_count
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at
 ), event AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
-    SELECT id, queue_name, %(event)s, %(token)s, %(worker_id)s, attempt_count, %(reason)s FROM updated
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name, %(event)s, %(token)s, %(worker_id)s, attempt_count, %(reason)s,
+           jsonb_build_object('fence', fence, 'started_at', started_at)
+    FROM updated
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue_name) FROM updated WHERE %(delay)s::float8 <= 0
 )
@@ -197,8 +205,12 @@ RETURNING id;
 INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
 SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s), ''),
        %(event)s, %(token)s, %(worker_id)s,
-       (SELECT c.attempt FROM {schema}.job_events c
-        WHERE c.job_id = %(id)s AND c.lock_token = %(token)s AND c.event = 'claimed' LIMIT 1),
+       -- the stale attempt's number: from the record that ended it (a `claimed` row before
+       -- issue 13), else from the row it still holds
+       coalesce((SELECT c.attempt FROM {schema}.job_events c
+                 WHERE c.job_id = %(id)s AND c.lock_token = %(token)s
+                   AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
+                (SELECT attempt_count FROM {schema}.jobs WHERE id = %(id)s AND lock_token = %(token)s)),
        %(reason)s, jsonb_build_object('operation', %(operation)s::text);
 
 -- name: job_reap_candidates
@@ -218,11 +230,15 @@ LIMIT %(batch)s
 FOR UPDATE OF j SKIP LOCKED;
 
 -- name: job_reap_expired
--- Requeue (with backoff) or dead-letter the reaped jobs, each a CAS on the token the reaper read; writes the audit event.
+-- Requeue (with backoff) or dead-letter the reaped jobs, each a CAS on the token the reaper read; writes the audit event
+-- (the attempt record: owner, fence and start in `detail`).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(delays)s::float8[],
                          %(dead)s::bool[], %(owners)s::text[], %(leases)s::timestamptz[])
                   AS t(id, token, delay, dead, owner_status, lease_expires_at)
+), owners AS (
+    -- The attempt's owner as it was before this statement (the update below clears locked_by).
+    SELECT j.id, j.locked_by FROM {schema}.jobs j WHERE j.id = ANY(%(ids)s::bigint[])
 ), updated AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN i.dead THEN 'failed'::{schema}.job_status ELSE 'pending'::{schema}.job_status END,
@@ -238,15 +254,16 @@ WITH input AS (
       -- Re-checked at write time too (a second safeguard besides the row lock): see docs/model.
       AND j.lease_expires_at < now() - make_interval(secs => %(grace)s)
     RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay,
-              i.lease_expires_at
+              i.lease_expires_at, j.fence, j.started_at
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
-    SELECT id, queue_name,
-           CASE WHEN dead THEN 'reaped_to_dead_letter' ELSE 'reaped_due_to_expired_lease' END,
-           token, %(reaper_id)s, attempt_count, 'lease_expired',
-           jsonb_build_object('owner_status', owner_status, 'delay_seconds', delay,
-                              'lease_expires_at', lease_expires_at, 'grace_seconds', %(grace)s::float8)
-    FROM updated
+    SELECT u.id, u.queue_name,
+           CASE WHEN u.dead THEN 'reaped_to_dead_letter' ELSE 'reaped_due_to_expired_lease' END,
+           u.token, %(reaper_id)s, u.attempt_count, 'lease_expired',
+           jsonb_build_object('owner_status', u.owner_status, 'delay_seconds', u.delay,
+                              'lease_expires_at', u.lease_expires_at, 'grace_seconds', %(grace)s::float8,
+                              'owner', o.locked_by, 'fence', u.fence, 'started_at', u.started_at)
+    FROM updated u LEFT JOIN owners o ON o.id = u.id
 ), notified AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated WHERE NOT dead) d
 )
@@ -500,11 +517,15 @@ SELECT count(*)::int AS deleted FROM deleted;
 -- Runtime p50/p99 of recent successful attempts per queue and task (from audit events), for `tenure doctor`.
 WITH runs AS (
     SELECT c.queue_name, j.task,
-           extract(epoch FROM c.created_at - cl.created_at) AS runtime
+           extract(epoch FROM c.created_at - coalesce((c.detail ->> 'started_at')::timestamptz, cl.created_at))
+               AS runtime
     FROM {schema}.job_events c
-    JOIN {schema}.job_events cl ON cl.job_id = c.job_id AND cl.lock_token = c.lock_token AND cl.event = 'claimed'
+    -- Attempts recorded before the attempt record carried its start: their `claimed` row.
+    LEFT JOIN {schema}.job_events cl ON c.detail IS NULL AND cl.job_id = c.job_id
+                                    AND cl.lock_token = c.lock_token AND cl.event = 'claimed'
     JOIN {schema}.jobs j ON j.id = c.job_id
     WHERE c.event = 'completed' AND c.created_at > now() - make_interval(secs => %(window)s)
+      AND (c.detail ? 'started_at' OR cl.id IS NOT NULL)
 )
 SELECT queue_name, task, count(*)::bigint AS runs,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime)::float8 AS p50,
