@@ -97,7 +97,7 @@ class Executor:
         :meth:`_spawn_async`, which starts a whole claim batch with one cross-thread call."""
         ctx = JobContext(job=job, worker_id=self.worker_id, lease_seconds=self.lease,
                          _repo=self._borrow_repo, _on_stale=self._count_stale,
-                         _heartbeat_now=self._heartbeat_now)
+                         _heartbeat_now=self._heartbeat_now, _on_lease_lost=self._count_lease_lost)
         labels = (job.queue, job.task)
         ctx._dedup_hook = lambda hit: self._count_dedup(labels, "effect", hit)
         ctx._effect_hook = self.slots.effect_changed
@@ -188,6 +188,9 @@ class Executor:
             self._on_done()
 
     # -- what handlers borrow -----------------------------------------------------------------
+    def _count_lease_lost(self, ctx: JobContext) -> None:
+        self.metrics.leases_lost.labels(ctx.job.queue, ctx.job.task).inc()
+
     def _count_stale(self, ctx: JobContext, operation: str) -> None:
         self.metrics.stale_writes.labels(ctx.job.queue, ctx.job.task, operation).inc()
 

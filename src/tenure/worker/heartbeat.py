@@ -94,9 +94,7 @@ class Heartbeater:
                 # moved, so it is lost as far as this worker knows, whatever the database says.
                 # It still goes into the statement, so a real loss is recorded as evidence.
                 held = snapshot[jid]
-                if self.metrics:
-                    self.metrics.leases_lost.labels(held.job.queue, held.job.task).inc()
-                self.on_lost(held, held.deadline_reason(), local=True)
+                self.on_lost(held, held.deadline_reason(), local=True)  # counts the loss once
             lost = len(overdue)
             # Locally lost leases ride along until the database answers (a restart may fail
             # several beats), so a real loss is recorded as heartbeat_lost evidence.
@@ -149,10 +147,8 @@ class Heartbeater:
                 reason = ("maximum total lease reached" if outcome.outcome == "max_lease_reached"
                           else "token no longer current")
                 self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", reason)
-                if self.metrics:
-                    self.metrics.leases_lost.labels(*labels).inc()
-                    if outcome.outcome == "lost":
-                        self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
+                if self.metrics and outcome.outcome == "lost":
+                    self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
                 self.on_lost(ctx, reason)
             return lost
 
