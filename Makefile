@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo tools test test-fast generate lint model model-deep clean
+.PHONY: install demo tools test test-kind test-fast generate lint model model-deep clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,8 +30,19 @@ lint: install
 	$(BIN)/python -m tenure.observability.generate --check
 	$(BIN)/mypy
 
+# The kind suite (e2e/kind/run.sh: a real 3-node cluster, chart, scenarios) runs whenever a
+# Docker engine answers; `make tools` started one where it could (scripts/tools/docker.sh).
 test: install tools lint
 	. scripts/tools/env.sh && $(BIN)/pytest
+	$(MAKE) test-kind
+
+test-kind: install
+	@. scripts/tools/env.sh; \
+	if command -v docker >/dev/null 2>&1 && timeout 20 docker info >/dev/null 2>&1; then \
+	  bash e2e/kind/run.sh; \
+	else \
+	  echo "make test-kind: no Docker engine answers: the kind suite is SKIPPED (see e2e/kind/README.md)"; \
+	fi
 
 test-fast: install
 	$(BIN)/pytest tests/unit tests/integration

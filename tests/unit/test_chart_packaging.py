@@ -11,7 +11,9 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPTS = [ROOT / "e2e" / "kind" / "run.sh", ROOT / "scripts" / "tools" / "helm.sh"]
+SCRIPTS = [ROOT / "e2e" / "kind" / "run.sh", ROOT / "scripts" / "tools" / "helm.sh",
+           ROOT / "scripts" / "tools" / "docker.sh", ROOT / "scripts" / "tools" / "kind.sh",
+           *sorted((ROOT / "scripts" / "tools" / "kind").glob("*.sh"))]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
