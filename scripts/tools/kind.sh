@@ -130,7 +130,7 @@ lpp_image="$(grep -o 'docker.io/kindest/local-path-provisioner:[^"]*' "$kind_src
 helper_image="$(grep -o 'docker.io/kindest/local-path-helper:[^"]*' "$kind_src/pkg/build/nodeimage/const_storage.go" | head -n 1)"
 pause_image="$(awk -F'"' '/sandbox_image/ {print $2}' "$kind_src/images/base/files/etc/containerd/config.toml")"
 
-# target -> tag. Kubernetes' own images carry the version the binaries were built from.
+# image (scripts/tools/kind/images/NAME.Dockerfile) -> tag. Kubernetes' own images carry the version the binaries were built from.
 declare -A tags=(
     [kube-apiserver]="registry.k8s.io/kube-apiserver:$K8S_VERSION"
     [kube-controller-manager]="registry.k8s.io/kube-controller-manager:$K8S_VERSION"
@@ -149,7 +149,7 @@ declare -A tags=(
 )
 for target in "${!tags[@]}"; do
     log "image ${tags[$target]} (target $target)"
-    docker build -q --network host -f "$here/kind/images.Dockerfile" --target "$target" \
+    docker build -q --network host -f "$here/kind/images/$target.Dockerfile" \
         -t "${tags[$target]}" "$ctx" >/dev/null
 done
 
