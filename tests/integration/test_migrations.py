@@ -68,14 +68,16 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
 
 
 def test_an_older_schema_is_upgraded_in_order(dsn: str, schema: str) -> None:
-    """A database at version 1 (before the registry recorded leases) gains migration 2 only."""
+    """A database at version 1 (before the registry recorded leases) gains migrations 2 and 3
+    only, in order."""
     with connect(dsn) as conn:
         conn.execute(f'ALTER TABLE "{schema}".workers DROP COLUMN lease_seconds')
+        conn.execute(f'DROP TABLE "{schema}".reaper_cycles')
         conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version > 1')
         repo = Repository(conn, schema)
         with pytest.raises(SchemaTooNewError, match="tenure migrate"):
             repo.check_schema()
-        assert repo.migrate() == [2]
+        assert repo.migrate() == [2, 3]
         repo.check_schema()
         repo.worker_register("w", host="h", pid=1, queues=["q"], concurrency=1, heartbeat_seconds=1,
                              version="t", lease_seconds=30)

@@ -343,6 +343,20 @@ class Repository:
                 "channel": self.channel, "grace": float(grace)})
             return [Reaped(r["id"], r["queue_name"], r["dead"]) for r in rows]
 
+    def record_reaper_cycle(self, reaper_id: str, *, seconds: float, reaped: int) -> None:
+        """Count one finished reaper cycle (the exporter serves it as tenure_reaper_* figures)."""
+        with self.conn.transaction():
+            self._rows("reaper_cycle_record", {
+                "reaper_id": reaper_id, "seconds": float(seconds), "reaped": int(reaped)})
+
+    def reaper_cycles(self) -> Row | None:
+        """The reaper cycle counter and last cycle; None before any reaper ran."""
+        return self._one("reaper_cycle_get")
+
+    def reap_counts(self) -> list[Row]:
+        """Reaped jobs ever per (queue, outcome, owner_status), from the audit events."""
+        return self._rows("job_reap_counts")
+
     # -- reads ------------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Row | None:
         return self._one("job_get", {"id": job_id})

@@ -43,6 +43,8 @@ OLDEST_RUNNING_FOR_SECONDS_DEFAULT = 300
 REAPER_WINDOW_SECONDS_DEFAULT = 600
 REAPER_MAX_REAPED_PER_WINDOW_DEFAULT = 20
 REAPER_FOR_SECONDS_DEFAULT = 300
+REAPER_STALLED_SECONDS_DEFAULT = 600
+REAPER_STALLED_FOR_SECONDS_DEFAULT = 300
 
 DEDUP_WINDOW_SECONDS_DEFAULT = 300
 DEDUP_BASELINE_WINDOW_SECONDS_DEFAULT = 3600
@@ -130,6 +132,12 @@ class AlertThresholds:
     ``reaper_window_seconds``."""
     reaper_for_seconds: int = REAPER_FOR_SECONDS_DEFAULT
     """``for`` of TenureReaperTooAggressive."""
+    reaper_stalled_seconds: int = REAPER_STALLED_SECONDS_DEFAULT
+    """TenureReaperNotRunning fires when no reaper finished a cycle for longer than this
+    (tenure_reaper_last_cycle_timestamp_seconds); keep it several reaper intervals (the
+    CronJob's schedule) long."""
+    reaper_stalled_for_seconds: int = REAPER_STALLED_FOR_SECONDS_DEFAULT
+    """``for`` of TenureReaperNotRunning."""
 
     dedup_window_seconds: int = DEDUP_WINDOW_SECONDS_DEFAULT
     """Short range of the current dedup hit rate."""
@@ -223,7 +231,7 @@ class AlertThresholds:
                 "expired_leases_critical_count must be >= expired_leases_warning_count"
             )
         for name in ("heartbeat_lag_p95_seconds", "oldest_running_min_seconds",
-                     "ready_age_sla_seconds", "exporter_stale_seconds",
+                     "ready_age_sla_seconds", "exporter_stale_seconds", "reaper_stalled_seconds",
                      "oldest_running_runtime_p99_multiple"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -398,6 +406,24 @@ def build_rules(t: AlertThresholds) -> list[AlertRule]:
             f" {_num(t.oldest_running_runtime_p99_multiple)}x the runtime p99 over"
             f" {d(t.runtime_p99_window_seconds)} (and at least {floor}s): it is hung or its"
             " heartbeat keeps extending a lease that should have ended."
+        ),
+    ))
+    rules.append(AlertRule(
+        name="TenureReaperNotRunning",
+        group="tenure-leases",
+        severity="warning",
+        expr=(
+            "time() - tenure_reaper_last_cycle_timestamp_seconds"
+            f" > {t.reaper_stalled_seconds}"
+        ),
+        for_seconds=t.reaper_stalled_for_seconds,
+        summary="No reaper cycle for {{ $value | humanizeDuration }}",
+        description=(
+            "No reaper (CronJob, loop or in-worker) has finished a cycle on the database"
+            "{{ with $labels.instance }} served by {{ . }}{{ end }} for"
+            " {{ $value | humanizeDuration }} (threshold"
+            f" {t.reaper_stalled_seconds}s): expired leases are not being recovered, so"
+            " jobs of crashed workers stay running until someone reaps them."
         ),
     ))
     rules.append(AlertRule(

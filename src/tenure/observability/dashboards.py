@@ -276,8 +276,8 @@ def overview(t: AlertThresholds) -> Any:
                     "{{queue}} {{error_code}}",
                 ),
                 Query(
-                    "sum by (queue) "
-                    f"({rate('tenure_reaper_reaped_total', DEAD_LETTERED)})",
+                    "sum by (queue) (max by (queue, owner_status) "
+                    f"({rate('tenure_queue_reaps_total', DEAD_LETTERED)}))",
                     "{{queue}} reaper",
                 ),
             ],
@@ -358,16 +358,33 @@ def lease_health(t: AlertThresholds) -> Any:
         ),
         PanelSpec(
             "Reaped jobs per interval",
-            "Jobs the reaper recovered per interval (from job_events), and the reaper's own"
-            " transitions by outcome. Spikes mean mass worker loss or a reaper that is too"
-            " eager (compare with stale writes rejected).",
+            "Jobs the reapers recovered per interval, from the audited reap events (every"
+            " reaper counted once: CronJob, loop or in-worker), by outcome and by the owner's"
+            " status when reaped (alive = the worker still heartbeats elsewhere: the lease is"
+            " too short). Spikes mean mass worker loss or a reaper that is too eager (compare"
+            " with stale writes rejected).",
             [
                 Query(f"max by (queue) (increase({sel('tenure_queue_reaped_jobs_total')}"
                       f"[{RATE}]))", "{{queue}} reaped"),
-                Query(f"sum by (queue, outcome) (increase({sel('tenure_reaper_reaped_total')}"
-                      f"[{RATE}]))", "{{queue}} reaper {{outcome}}"),
+                Query("sum by (queue, outcome, owner_status) (max by (queue, outcome,"
+                      f" owner_status) (increase({sel('tenure_queue_reaps_total')}[{RATE}])))",
+                      "{{queue}} {{outcome}} (owner {{owner_status}})"),
             ],
             bars=True,
+        ),
+        PanelSpec(
+            "Reaper cycles",
+            "Seconds since any reaper last finished a cycle, and that cycle's duration (from"
+            " the reaper_cycles row, served by the exporter; schema-wide, not per queue). A"
+            " growing age means no reaper runs: expired leases are never recovered"
+            " (TenureReaperNotRunning).",
+            [
+                Query("min(time() - tenure_reaper_last_cycle_timestamp_seconds)",
+                      "since last cycle"),
+                Query("max(tenure_reaper_last_cycle_duration_seconds)", "last cycle duration"),
+            ],
+            unit="s",
+            thresholds=[float(t.reaper_stalled_seconds)],
         ),
         PanelSpec(
             "Leases lost (/s)",
@@ -484,8 +501,8 @@ def retries_dedup(t: AlertThresholds) -> Any:
                     "{{queue}} {{error_code}}",
                 ),
                 Query(
-                    "sum by (queue) "
-                    f"({rate('tenure_reaper_reaped_total', DEAD_LETTERED)})",
+                    "sum by (queue) (max by (queue, owner_status) "
+                    f"({rate('tenure_queue_reaps_total', DEAD_LETTERED)}))",
                     "{{queue}} reaper",
                 ),
             ],

@@ -96,11 +96,9 @@ class Reaper:
         started = time.monotonic()
         if repo is None:
             with connect(self.dsn, application_name=f"tenure-reaper:{self.reaper_id}") as conn:
-                reaped = Repository(conn, self.schema).reap(
-                    self.reaper_id, grace=self.config.grace, batch=self.config.batch, decide=self.decide)
+                reaped = self._cycle(Repository(conn, self.schema), started)
         else:
-            reaped = repo.reap(self.reaper_id, grace=self.config.grace, batch=self.config.batch,
-                               decide=self.decide)
+            reaped = self._cycle(repo, started)
         self.cycles += 1
         self.reaped_total += len(reaped)
         # One summary line per cycle (the per-job audit trail is in job_events); per-job lines
@@ -114,6 +112,15 @@ class Reaper:
             log.debug("reaped job %s: %s", job.id, "dead-lettered (lease_expired)" if job.dead else "requeued",
                       extra={"job_id": job.id, "queue": job.queue, "event": "reaped"})
         self.last_cycle_seconds = time.monotonic() - started
+        return reaped
+
+    def _cycle(self, repo: Repository, started: float) -> list[Reaped]:
+        """Reap, then count the cycle in ``reaper_cycles`` (the exporter's reaper figures: a
+        CronJob pod has no metrics port of its own)."""
+        reaped = repo.reap(self.reaper_id, grace=self.config.grace, batch=self.config.batch,
+                           decide=self.decide)
+        repo.record_reaper_cycle(self.reaper_id, seconds=time.monotonic() - started,
+                                 reaped=len(reaped))
         return reaped
 
     def run_forever(self, stop: threading.Event,

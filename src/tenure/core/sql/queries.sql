@@ -246,6 +246,31 @@ WITH input AS (
 )
 SELECT id, queue_name, dead FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
 
+-- name: reaper_cycle_record
+-- Count one finished reaper cycle (any reaper: CronJob, loop or in-worker) with its duration and jobs reaped, by the DB clock.
+INSERT INTO {schema}.reaper_cycles AS c (id, cycles, last_finished_at, last_seconds, last_reaped, last_reaper_id)
+VALUES (true, 1, now(), %(seconds)s, %(reaped)s, %(reaper_id)s)
+ON CONFLICT (id) DO UPDATE
+SET cycles = c.cycles + 1, last_finished_at = now(), last_seconds = excluded.last_seconds,
+    last_reaped = excluded.last_reaped, last_reaper_id = excluded.last_reaper_id;
+
+-- name: reaper_cycle_get
+-- The reaper cycle counter and the last cycle (no row before any reaper ran), for the exporter.
+SELECT cycles, extract(epoch FROM last_finished_at)::float8 AS last_finished_epoch,
+       last_seconds, last_reaped
+FROM {schema}.reaper_cycles WHERE id;
+
+-- name: job_reap_counts
+-- Reaped jobs ever, per queue, outcome (requeued / dead_lettered) and owner status at reap time, from the audited reap events.
+SELECT queue_name AS queue,
+       CASE WHEN event = 'reaped_to_dead_letter' THEN 'dead_lettered' ELSE 'requeued' END AS outcome,
+       coalesce(detail->>'owner_status', 'unknown') AS owner_status,
+       count(*)::bigint AS reaped
+FROM {schema}.job_events
+WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
 -- name: job_get
 -- One job by id, with the DB clock's view of its lease.
 SELECT j.*, now() AS db_now, (j.status = 'running' AND j.lease_expires_at < now()) AS lease_expired

@@ -107,6 +107,16 @@ CREATE TABLE job_executions (
 );
 CREATE INDEX job_executions_processing_idx ON job_executions (lock_token) WHERE status = 'processing';
 
+-- One row counting every reaper cycle (any reaper process), for the exporter (0003).
+CREATE TABLE reaper_cycles (
+    id                boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    cycles            bigint      NOT NULL DEFAULT 0,
+    last_finished_at  timestamptz NOT NULL DEFAULT now(),
+    last_seconds      double precision NOT NULL DEFAULT 0,
+    last_reaped       integer     NOT NULL DEFAULT 0,
+    last_reaper_id    text
+);
+
 CREATE TABLE schema_migrations (
     version     integer PRIMARY KEY,
     name        text        NOT NULL,
