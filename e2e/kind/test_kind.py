@@ -467,9 +467,8 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
     assert all(s == "succeeded" for _, s, _ in effects)
     wait_for("the freeze batch drained", lambda: batch_done(c, "freeze", 1500), 600, interval=5)
     completed_once(c, "freeze", 1500)
-    wait_for("the thawed node Ready again", lambda: condition(
-        c.get("node", busy, namespaced=False), "Ready") and condition(
-        c.get("node", busy, namespaced=False), "Ready").get("status") == "True", 300)
+    wait_for("the thawed node Ready again", lambda: (condition(
+        c.get("node", busy, namespaced=False), "Ready") or {}).get("status") == "True", 300)
 
 
 @pytest.mark.timeout(900)

@@ -11,8 +11,8 @@
 #   local   (default) No registry reachable, as on the CI machines: build from the Go module proxy
 #           and Debian's apt archive only:
 #             tenure/debian:bookworm      debootstrap --variant=minbase + docker import
-#             localhost/tenure/kind-base:KEY  kind's base image (systemd, containerd, runc, CNI,
-#                                         crictl); "localhost/" so that kind's unconditional
+#             localhost/tenure/kind-base:KEY  kind's base image (systemd, containerd v2 and
+#                                         crictl from the module proxy, Debian's runc and CNI); "localhost/" so that kind's unconditional
 #                                         `docker pull` of it only ever asks loopback
 #             localhost/tenure/kind-node:KEY       `kind build node-image --type file` from a Kubernetes
 #                                         server tarball assembled from module-built binaries and
@@ -30,6 +30,7 @@ log() { echo "kind.sh: $*" >&2; }
 
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 CRICTL_VERSION="${CRICTL_VERSION:-v1.36.0}"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.3.4}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.2}"
 LOCAL_PATH_VERSION="${LOCAL_PATH_VERSION:-v0.0.30}"
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$root/e2e/controlplane/go.mod")"
@@ -74,6 +75,17 @@ fi
 kind_src="$("${go_env[@]}" "$GO" mod download -json "sigs.k8s.io/kind@$KIND_VERSION" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
 crictl_dir="$(go_install crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION")"
+containerd_dir="$cache/go/containerd-$CONTAINERD_VERSION"
+if [[ ! -f "$containerd_dir/.complete" ]]; then
+    log "building containerd $CONTAINERD_VERSION, ctr and containerd-shim-runc-v2 (go install)"
+    mkdir -p "$containerd_dir"
+    cpkg=github.com/containerd/containerd/v2
+    "${go_env[@]}" GOBIN="$containerd_dir" nice -n 5 "$GO" install -p "$jobs" -trimpath \
+        -ldflags "-s -w -X $cpkg/version.Version=$CONTAINERD_VERSION" \
+        -tags "no_btrfs no_devmapper no_zfs no_aufs" "$cpkg/cmd/containerd@$CONTAINERD_VERSION" \
+        "$cpkg/cmd/ctr@$CONTAINERD_VERSION" "$cpkg/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION"
+    touch "$containerd_dir/.complete"
+fi
 lpp_dir="$(go_install local-path-provisioner "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION")"
 coredns_dir="$(go_install coredns "github.com/coredns/coredns@$COREDNS_VERSION")"
 
@@ -157,7 +169,8 @@ done
 bctx="$cache/base-context"
 rm -rf "$bctx"; mkdir -p "$bctx"
 cp -r "$kind_src/images/base/files" "$bctx/files"; chmod -R u+w "$bctx"
-cp "$crictl_dir/crictl" "$here/runc-wrapper.py" "$bctx/"
+cp "$crictl_dir/crictl" "$containerd_dir/containerd" "$containerd_dir/ctr" \
+    "$containerd_dir/containerd-shim-runc-v2" "$here/runc-wrapper.py" "$bctx/"
 base_key="$(cat "$here/kind/base.Dockerfile" "$here/runc-wrapper.py" | sha256sum | cut -c1-12)"
 base_image="localhost/tenure/kind-base:$KIND_VERSION-$base_key"
 if ! docker image inspect "$base_image" >/dev/null 2>&1; then
