@@ -87,7 +87,20 @@ if [[ ! -f "$containerd_dir/.complete" ]]; then
     touch "$containerd_dir/.complete"
 fi
 lpp_dir="$(go_install local-path-provisioner "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION")"
-coredns_dir="$(go_install coredns "github.com/coredns/coredns@$COREDNS_VERSION")"
+# CoreDNS with the plugins a kubeadm Corefile uses (kind/coredns/main.go), in its own module.
+coredns_dir="$cache/go/coredns-$COREDNS_VERSION"
+if [[ ! -f "$coredns_dir/.complete" ]]; then
+    log "building CoreDNS $COREDNS_VERSION (the kubeadm Corefile's plugins only)"
+    rm -rf "$coredns_dir"; mkdir -p "$coredns_dir/src"
+    cp "$here/kind/coredns/main.go" "$coredns_dir/src/"
+    (cd "$coredns_dir/src" \
+        && "${go_env[@]}" "$GO" mod init tenure.dev/kind-coredns >/dev/null 2>&1 \
+        && "${go_env[@]}" GOFLAGS="-mod=mod -buildvcs=false" "$GO" get "github.com/coredns/coredns@$COREDNS_VERSION" \
+        && "${go_env[@]}" GOFLAGS="-mod=mod -buildvcs=false" "$GO" mod tidy \
+        && "${go_env[@]}" GOFLAGS="-mod=mod -buildvcs=false" nice -n 5 "$GO" build -p "$jobs" -trimpath \
+            -ldflags "-s -w" -o "$coredns_dir/coredns" .)
+    touch "$coredns_dir/.complete"
+fi
 
 # Kubernetes node binaries from the same pinned module graph as the e2e control plane
 # (e2e/controlplane/go.mod), built in a copy of that module so the repository stays untouched.
