@@ -122,12 +122,12 @@ sed "s#\${PG_IMAGE}#${PG_IMAGE}#" "${ROOT}/e2e/kind/manifests/postgres.yaml" | k
 k -n "${NAMESPACE}" rollout status deploy/postgres --timeout=300s
 
 log "Helm chart (operator in ${OPERATOR_NAMESPACE}), then helm test"
-timeout 600 helm --kube-context "${CONTEXT}" upgrade --install tenure "${ROOT}/charts/tenure" \
+timeout 600 helm upgrade --install tenure "${ROOT}/charts/tenure" --kube-context "${CONTEXT}" \
   --namespace "${OPERATOR_NAMESPACE}" --create-namespace \
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
   --set image.pullPolicy=Never --set operator.intervalSeconds=5 \
   --wait --timeout 300s
-timeout 300 helm --kube-context "${CONTEXT}" test tenure --namespace "${OPERATOR_NAMESPACE}" --timeout 240s
+timeout 300 helm test tenure --kube-context "${CONTEXT}" --namespace "${OPERATOR_NAMESPACE}" --timeout 240s
 
 log "scenarios (e2e/kind/test_kind.py)"
 export TENURE_KIND_CONTEXT="${CONTEXT}" TENURE_KIND_CLUSTER="${CLUSTER}" TENURE_KIND_NAMESPACE="${NAMESPACE}"
