@@ -211,7 +211,7 @@ if ! docker image inspect "$node_image" >/dev/null 2>&1; then
     # without a registry) ride in the kube-proxy archive, which `docker save` may fill with many.
     extra_tags=(); for t in "${extras[@]}"; do extra_tags+=("${tags[$t]}"); done
     docker save -o "$tball/kubernetes/server/bin/kube-proxy.tar" "${extra_tags[@]}"
-    tar -C "$tball" -czf "$tball.tar.gz" kubernetes
+    tar -C "$tball" -cf - kubernetes | gzip -1 > "$tball.tar.gz"   # kind reads only gzip
     rm -rf "$tball"
     "$tools_bin/kind" build node-image --type file --base-image "$base_image" \
         --image "$node_image" "$tball.tar.gz" >&2
