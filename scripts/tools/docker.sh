@@ -17,6 +17,14 @@ dir="${TENURE_DOCKER_DIR:-$HOME/.cache/tenure-docker}"
 sock="$dir/docker.sock"
 log() { echo "docker.sh: $*" >&2; }
 
+capbnd="$(awk '/^CapBnd:/ {print $2}' /proc/self/status)"
+lacks_sys_resource=0
+if (( (16#$capbnd >> 24 & 1) == 0 )); then
+    lacks_sys_resource=1
+    # Keep the installed wrapper current even when our dockerd already runs (it execs it per call).
+    mkdir -p "$dir/bin"
+    install -m 0755 "$here/runc-wrapper.py" "$dir/bin/tenure-runc"
+fi
 if [[ -z "${DOCKER_HOST:-}" && -S "$sock" ]]; then export DOCKER_HOST="unix://$sock"; fi
 if command -v docker >/dev/null 2>&1 && timeout 20 docker info >/dev/null 2>&1; then
     log "a Docker engine answers at ${DOCKER_HOST:-the default socket}"
@@ -39,10 +47,8 @@ command -v docker >/dev/null 2>&1 || { log "docker CLI missing after install"; e
 mkdir -p "$dir/data" "$dir/exec" "$dir/bin"
 args=(--data-root "$dir/data" --exec-root "$dir/exec" -H "unix://$sock"
       --pidfile "$dir/dockerd.pid" --storage-driver overlay2)
-capbnd="$(awk '/^CapBnd:/ {print $2}' /proc/self/status)"
-if (( (16#$capbnd >> 24 & 1) == 0 )); then
+if ((lacks_sys_resource)); then
     # CAP_SYS_RESOURCE (bit 24) missing from the bounding set: use the wrapper.
-    install -m 0755 "$here/runc-wrapper.py" "$dir/bin/tenure-runc"
     args+=(--add-runtime "tenure-runc=$dir/bin/tenure-runc" --default-runtime tenure-runc)
     log "CAP_SYS_RESOURCE is not in the bounding set: runc wrapper $dir/bin/tenure-runc is the default runtime"
 fi

@@ -4,7 +4,8 @@
 Purpose: on such hosts (some sandboxed VMs) `docker run --privileged`, kind's node containers and
 pods that ask for a negative oom_score_adj or raised rlimits fail with
 "unable to apply caps: operation not permitted" or "can't get final child's PID from pipe: EOF".
-Before `runc create`/`runc run` this wrapper edits the bundle's OCI config.json:
+Before `runc create`/`runc run` this wrapper edits the bundle's OCI config.json (and before
+`runc exec --process FILE`, that process spec):
   - drops CAP_SYS_RESOURCE from every capability set;
   - drops a negative process.oomScoreAdj;
   - clamps each rlimit to the current hard limit;
@@ -30,10 +31,10 @@ def _bundle(args: list[str]) -> str:
     return "."
 
 
-def _patch(path: str) -> None:
+def _patch(path: str, whole_spec: bool = True) -> None:
     with open(path) as f:
         spec = json.load(f)
-    proc = spec.get("process", {})
+    proc = spec.get("process", {}) if whole_spec else spec
     caps = proc.get("capabilities", {})
     for kind, values in caps.items():
         caps[kind] = [c for c in values if c != "CAP_SYS_RESOURCE"]
@@ -66,6 +67,12 @@ def main() -> None:
         config = os.path.join(_bundle(args), "config.json")
         if os.path.exists(config):
             _patch(config)
+    elif "exec" in args and _lacks_sys_resource():
+        # `runc exec --process FILE` (docker exec, crictl exec): FILE is a bare process spec.
+        for flag in ("--process", "-p"):
+            if flag in args and os.path.exists(args[args.index(flag) + 1]):
+                _patch(args[args.index(flag) + 1], whole_spec=False)
+                break
     real = os.environ.get("REAL_RUNC", "")
     if not real:
         for candidate in ("/usr/sbin/runc", "/usr/local/sbin/runc.real", "/usr/bin/runc"):
