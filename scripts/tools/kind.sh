@@ -211,6 +211,13 @@ if ! docker image inspect "$node_image" >/dev/null 2>&1; then
     # without a registry) ride in the kube-proxy archive, which `docker save` may fill with many.
     extra_tags=(); for t in "${extras[@]}"; do extra_tags+=("${tags[$t]}"); done
     docker save -o "$tball/kubernetes/server/bin/kube-proxy.tar" "${extra_tags[@]}"
+    # kind reads an archive's tags from whichever of `repositories` (every image) and
+    # `manifest.json` (only its first image) comes first: put `repositories` first.
+    mkdir "$tball/x"
+    tar -C "$tball/x" -xf "$tball/kubernetes/server/bin/kube-proxy.tar"
+    (cd "$tball/x" && find . -mindepth 1 -maxdepth 1 ! -name repositories -printf '%P\n' | sort \
+        | tar -cf "$tball/kubernetes/server/bin/kube-proxy.tar" repositories -T -)
+    rm -rf "$tball/x"
     tar -C "$tball" -cf - kubernetes | gzip -1 > "$tball.tar.gz"   # kind reads only gzip
     rm -rf "$tball"
     "$tools_bin/kind" build node-image --type file --base-image "$base_image" \
