@@ -215,6 +215,18 @@ if ! docker image inspect "$node_image" >/dev/null 2>&1; then
     # `manifest.json` (only its first image) comes first: put `repositories` first.
     mkdir "$tball/x"
     tar -C "$tball/x" -xf "$tball/kubernetes/server/bin/kube-proxy.tar"
+    # Docker shortens docker.io/NAME to NAME there; kind compares full names.
+    python3 - "$tball/x/repositories" <<'PY'
+import json, sys
+path = sys.argv[1]
+repos = json.load(open(path))
+full = {}
+for name, tags in repos.items():
+    first = name.split("/")[0]
+    qualified = "." in first or ":" in first or first == "localhost"
+    full[name if qualified else ("docker.io/" + name if "/" in name else "docker.io/library/" + name)] = tags
+json.dump(full, open(path, "w"))
+PY
     (cd "$tball/x" && find . -mindepth 1 -maxdepth 1 ! -name repositories -printf '%P\n' | sort \
         | tar -cf "$tball/kubernetes/server/bin/kube-proxy.tar" repositories -T -)
     rm -rf "$tball/x"
