@@ -22,7 +22,8 @@ from tenure.core.backoff import BASE_DELAY_DEFAULT, MAX_ATTEMPTS_DEFAULT, MAX_DE
 from tenure.core.db import connect, resolve_dsn, resolve_schema
 from tenure.core.errors import ConfigError, PayloadError, SchemaTooNewError
 from tenure.core.redaction import MASK_KEYS_DEFAULT, MAX_ERROR_CHARS_DEFAULT, Redaction
-from tenure.core.repository import JobSpec, Repository, encode_payload, iter_batches
+from tenure.core.repository import (PRIORITY_DEFAULT, JobSpec, Repository, check_priority, encode_payload,
+                                    iter_batches)
 from tenure.observability import logs
 from tenure.reaper import reaper as reaper_mod
 from tenure.worker import heartbeat as hb_mod
@@ -95,7 +96,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                                              queue=item.get("queue", args.queue),
                                              max_attempts=int(item.get("max_attempts", args.max_attempts)),
                                              delay=float(item.get("delay", args.delay)),
-                                             idempotency_key=item.get("idempotency_key")))
+                                             idempotency_key=item.get("idempotency_key"),
+                                             priority=check_priority(item.get("priority", args.priority))))
                         encode_payload(specs[-1].payload)
                     except (ValueError, KeyError, TypeError, AttributeError) as exc:
                         raise ConfigError(f"{args.from_file}:{lineno}: invalid job line: {exc}") from None
@@ -111,7 +113,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         except (json.JSONDecodeError, TypeError) as exc:
             raise ConfigError(f"--payload is not valid JSON: {exc}") from None
         result = repo.enqueue(args.task, payload, queue=args.queue, idempotency_key=args.idempotency_key,
-                              delay=args.delay, max_attempts=args.max_attempts)
+                              delay=args.delay, max_attempts=args.max_attempts,
+                              priority=check_priority(args.priority))
     print(result.id if result.created else f"{result.id} (existing job with this idempotency key)")
     return 0
 
@@ -343,7 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-key", default=None)
     p.add_argument("--delay", type=duration, default=0.0)
     p.add_argument("--max-attempts", type=positive_int, default=MAX_ATTEMPTS_DEFAULT)
-    p.add_argument("--from-file", default=None, help="JSON lines: {task, payload, queue, idempotency_key, ...}")
+    p.add_argument("--priority", type=int, default=PRIORITY_DEFAULT,
+                   help="integer in [-100, 100], default 0; higher runs first")
+    p.add_argument("--from-file", default=None,
+                   help="JSON lines: {task, payload, queue, idempotency_key, priority, ...}")
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser("worker", help="run a worker")
@@ -401,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("id", type=int)
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_jobs_show)
+    from tenure.control_cli import add_jobs_commands
+    add_jobs_commands(jobs_sub)
 
     p = sub.add_parser("prune", help="delete completed jobs (and stale worker rows) older than a duration")
     p.add_argument("--older-than", type=duration, required=True)
@@ -420,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz")
     p.set_defaults(func=cmd_operator, no_db=True)
 
-    for extra in ("tenure.observability.doctor", "tenure.chaos.cli"):
+    for extra in ("tenure.observability.doctor", "tenure.chaos.cli", "tenure.control_cli"):
         try:
             module = __import__(extra, fromlist=["add_parser"])
         except ImportError:

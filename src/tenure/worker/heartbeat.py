@@ -120,12 +120,12 @@ class Heartbeater:
                 if self.held.get(outcome.id) is not ctx:
                     continue  # finished while we were renewing: not a loss
                 lost += 1
-                reason = ("maximum total lease reached" if outcome.outcome == "max_lease_reached"
-                          else "token no longer current")
+                reason = {"max_lease_reached": "maximum total lease reached",
+                          "cancelled": "job cancelled: token revoked"}.get(outcome.outcome, "token no longer current")
                 self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", reason)
                 if self.metrics:
                     self.metrics.leases_lost.labels(*labels).inc()
-                    if outcome.outcome == "lost":
+                    if outcome.outcome in ("lost", "cancelled"):
                         self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
                 self.on_lost(ctx, reason)
             return lost
