@@ -151,7 +151,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                                          max_effect_hold=args.max_effect_hold),
         poll_interval=args.poll_interval, drain_timeout=args.drain_timeout, burst=args.burst,
         reaper_interval=args.reaper_interval, reaper=_reaper_config(args, interval=1.0),
-        retry=_queue_retry_policy(args),
+        retry=_queue_retry_policy(args), priority_aging=args.priority_aging,
+        scheduler=not args.no_scheduler,
         redaction=Redaction(mask_keys=tuple(k.strip() for k in args.redact_keys.split(",") if k.strip()),
                             max_error_chars=args.max_error_chars))
     config.validate()
@@ -368,6 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reaper-interval", type=duration, default=rt_mod.REAPER_INTERVAL_DEFAULT,
                    help="run an in-process reaper every S seconds (0: leave it to `tenure reaper`)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument("--priority-aging", type=duration, default=rt_mod.PRIORITY_AGING_DEFAULT,
+                   help="a job ready this long is claimed before any priority, oldest first (starvation bound)")
+    p.add_argument("--no-scheduler", action="store_true",
+                   help="do not enqueue the app's periodic jobs from this process")
     p.add_argument("--retry-max-attempts", type=positive_int,
                    default=int(os.environ["TENURE_RETRY_MAX_ATTEMPTS"]) if os.environ.get("TENURE_RETRY_MAX_ATTEMPTS")
                    else None,

@@ -27,6 +27,11 @@ class WorkerMetrics:
                                      [*qt, "error_code"], registry=registry)
         self.released = Counter("tenure_jobs_released", "Jobs handed back on shutdown or deferral.", qt,
                                 registry=registry)
+        self.timeouts = Counter("tenure_job_timeouts", "Attempts that ran past their task's timeout.", qt,
+                                registry=registry)
+        self.cancelled_running = Counter("tenure_jobs_cancelled_while_running",
+                                         "Running jobs whose cancel this worker learned at a heartbeat.", qt,
+                                         registry=registry)
         self.lease_extensions = Counter("tenure_lease_extensions", "Lease renewals accepted by heartbeat.", qt,
                                         registry=registry)
         self.leases_lost = Counter("tenure_leases_lost", "Heartbeats rejected: the handler was told its lease is lost.",

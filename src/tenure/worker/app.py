@@ -30,6 +30,9 @@ class Task:
     error_mappers: tuple[ExceptionMapper, ...] = ()
     overrides: tuple[tuple[str, float], ...] = ()
     """Retry fields the task set itself; they win over a queue policy given to the worker."""
+    timeout: float | None = None
+    """Seconds one attempt may run (from its start in the worker), separate from the lease;
+    None: unbounded (only ``--max-lease-total`` bounds it)."""
 
     def retry_policy(self, queue_policy: RetryPolicy | None) -> RetryPolicy:
         """The effective policy: task overrides, else the worker's queue policy, else the app's."""
@@ -64,9 +67,17 @@ class App:
     def task(self, name: str | None = None, *, queue: str | None = None,
              max_attempts: int | None = None, base_delay: float | None = None,
              max_delay: float | None = None, validate: Validator | None = None,
-             payload_version: int = 1,
+             payload_version: int = 1, timeout: float | None = None,
              error_mappers: tuple[ExceptionMapper, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register a handler under ``name`` (default: the function name)."""
+        """Register a handler under ``name`` (default: the function name).
+
+        ``timeout`` bounds one attempt's run time in seconds: an async handler is cancelled, a
+        sync one is abandoned (its slot freed, as for a lost lease), and the job is retried
+        with error code ``task_timeout``.
+        """
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0 or timeout != timeout or timeout == float("inf")):
+            raise ConfigError(f"task timeout must be a positive number of seconds, got {timeout!r}")
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             task_name = name or fn.__name__
@@ -81,6 +92,7 @@ class App:
                 name=task_name, fn=fn, is_async=inspect.iscoroutinefunction(fn),
                 queue=queue or self.default_queue, retry=policy, validate=validate,
                 payload_version=payload_version, error_mappers=error_mappers + self.error_mappers,
+                timeout=float(timeout) if timeout is not None else None,
                 overrides=tuple((k, float(v)) for k, v in (("base_delay", base_delay), ("max_delay", max_delay),
                                                            ("max_attempts", max_attempts)) if v is not None))
             return fn

@@ -125,6 +125,8 @@ class Heartbeater:
                 self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", reason)
                 if self.metrics:
                     self.metrics.leases_lost.labels(*labels).inc()
+                    if outcome.outcome == "cancelled":
+                        self.metrics.cancelled_running.labels(*labels).inc()
                     if outcome.outcome in ("lost", "cancelled"):
                         self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
                 self.on_lost(ctx, reason)

@@ -36,15 +36,17 @@ from tenure import __version__
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import Connection, connect
 from tenure.core.errors import (AmbiguousError, ConfigError, JobFailure, LeaseLost, PermanentError,
-                                classify_exception)
+                                TaskTimeout, classify_exception)
 from tenure.core.redaction import Redaction
 from tenure.core.queries import notify_channel
+from tenure.core.repository import PRIORITY_AGING_DEFAULT as PRIORITY_AGING_DEFAULT
 from tenure.core.repository import ClaimedJob, Repository
 from tenure.observability.worker_metrics import WorkerMetrics
 from tenure.reaper.reaper import Reaper, ReaperConfig
 from tenure.worker.app import App, Task
 from tenure.worker.context import EffectDeferred, JobContext
 from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
+from tenure.worker.timeouts import Deadlines
 
 log = logging.getLogger("tenure.worker")
 
@@ -87,6 +89,11 @@ class WorkerConfig:
     """What is masked in dead-lettered payloads and error texts."""
     retry: RetryPolicy | None = None
     """The queue's retry policy (e.g. from a JobQueue spec); tasks' own overrides still win."""
+    priority_aging: float = PRIORITY_AGING_DEFAULT
+    """Seconds a job may wait ready before it is claimed ahead of every priority (starvation bound)."""
+    scheduler: bool = True
+    """Run the app's periodic schedules in this process (any number of processes may: each slot
+    is enqueued exactly once)."""
 
     def validate(self) -> None:
         if not self.queues:
@@ -103,6 +110,8 @@ class WorkerConfig:
             raise ConfigError("drain timeout must be >= 0")
         if self.reaper_interval < 0:
             raise ConfigError("reaper interval must be >= 0")
+        if self.priority_aging < 0:
+            raise ConfigError("priority aging must be >= 0")
         self.heartbeat.validate()
         self.reaper.validate()
         if self.retry is not None:
@@ -226,6 +235,7 @@ class Worker:
                                        effects=self.open_effects)
         self._threads: list[threading.Thread] = []
         self._abandoned_ids: set[int] = set()
+        self._deadlines = Deadlines(self._timed_out)
 
     # -- probes -------------------------------------------------------------------------------
     def healthz(self) -> tuple[bool, str]:
@@ -276,6 +286,7 @@ class Worker:
             self._drain(repo)
         finally:
             reaper_stop.set()
+            self._deadlines.stop()
             self.state.ready = False
             self._acks.put(None)
             for t in self._threads:
@@ -357,7 +368,8 @@ class Worker:
             coalesced = False
             try:
                 if want > 0:
-                    claimed = repo.claim(self.worker_id, cfg.queues, want, cfg.heartbeat.lease)
+                    claimed = repo.claim(self.worker_id, cfg.queues, want, cfg.heartbeat.lease,
+                                         aging=cfg.priority_aging)
                     spawn = [a for job in claimed if (a := self._dispatch(job)) is not None]
                     if spawn:
                         self._spawn_async(spawn)
@@ -404,6 +416,8 @@ class Worker:
             self.held[job.id] = ctx
         tm.in_flight.inc()
         task = self.app.get(job.task)
+        if task is not None and task.timeout is not None:
+            self._deadlines.add(ctx, task.timeout)
         if task is not None and task.is_async and self._loop is not None:
             return task, ctx
         self._futures[job.id] = self._pool.submit(self._run_sync, task, ctx)
@@ -516,6 +530,30 @@ class Worker:
             self._pending_acks += 1
             self._idle.notify_all()
         self._acks.put(outcome)
+        self._wakeup.set()
+
+    def _timed_out(self, ctx: JobContext, seconds: float) -> None:
+        """Called by the deadline thread: free the slot as for a lost lease, write a retry
+        classified ``task_timeout`` (CAS on the token), then tell the handler (async: cancelled)."""
+        task = self.app.get(ctx.job.task)
+        labels = (ctx.job.queue, ctx.job.task)
+        with self._lock:
+            if self.held.get(ctx.job.id) is not ctx or task is None:
+                return  # finished (or lost its lease) first
+            del self.held[ctx.job.id]
+            self.state.in_flight -= 1
+            self.metrics.in_flight.labels(*labels).dec()
+            fut = self._futures.get(ctx.job.id)
+            if fut is not None and not fut.done() and not task.is_async:
+                self._abandoned_ids.add(ctx.job.id)
+                self.state.abandoned = len(self._abandoned_ids)
+            self._pending_acks += 1
+            self._idle.notify_all()
+        self.metrics.timeouts.labels(*labels).inc()
+        log.warning("attempt exceeded its %gs timeout", seconds, extra=ctx.log_extra)
+        outcome = self._on_error(task, ctx, TaskTimeout(f"attempt exceeded its {seconds:g}s timeout"))
+        self._acks.put(outcome)
+        ctx.signal_lease_lost(f"task timeout after {seconds:g}s")
         self._wakeup.set()
 
     def _lease_lost(self, ctx: JobContext, reason: str) -> None:
