@@ -32,6 +32,11 @@ class WorkerMetrics:
         self.cancelled_running = Counter("tenure_jobs_cancelled_while_running",
                                          "Running jobs whose cancel this worker learned at a heartbeat.", qt,
                                          registry=registry)
+        self.periodic_enqueued = Counter("tenure_periodic_enqueued", "Periodic slots this process enqueued.",
+                                         ["schedule"], registry=registry)
+        self.periodic_skipped = Counter("tenure_periodic_slots_skipped",
+                                        "Missed periodic slots skipped by the bounded catch-up.", ["schedule"],
+                                        registry=registry)
         self.lease_extensions = Counter("tenure_lease_extensions", "Lease renewals accepted by heartbeat.", qt,
                                         registry=registry)
         self.leases_lost = Counter("tenure_leases_lost", "Heartbeats rejected: the handler was told its lease is lost.",

@@ -46,6 +46,7 @@ from tenure.reaper.reaper import Reaper, ReaperConfig
 from tenure.worker.app import App, Task
 from tenure.worker.context import EffectDeferred, JobContext
 from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
+from tenure.worker.periodic import Schedule, Scheduler
 from tenure.worker.timeouts import Deadlines
 
 log = logging.getLogger("tenure.worker")
@@ -276,6 +277,10 @@ class Worker:
         if any(t.is_async for t in self.app.tasks.values()):
             self._start_async_loop()
         reaper_stop = threading.Event()
+        if self.app.schedules and self.config.scheduler:
+            scheduler = Scheduler(self.app.schedules, dsn=self.dsn, schema=self.schema,
+                                  on_enqueue=self._periodic_enqueued)
+            self._start_thread(lambda: scheduler.run_forever(reaper_stop), "tenure-scheduler")
         if self.config.reaper_interval > 0:
             reaper = Reaper(ReaperConfig(**{**self.config.reaper.__dict__, "interval": self.config.reaper_interval}),
                             dsn=self.dsn, schema=self.schema, reaper_id=f"reaper-{self.worker_id}")
@@ -531,6 +536,11 @@ class Worker:
             self._idle.notify_all()
         self._acks.put(outcome)
         self._wakeup.set()
+
+    def _periodic_enqueued(self, schedule: Schedule, slot: object, job_id: int, skipped: int) -> None:
+        self.metrics.periodic_enqueued.labels(schedule.name).inc()
+        if skipped:
+            self.metrics.periodic_skipped.labels(schedule.name).inc(skipped)
 
     def _timed_out(self, ctx: JobContext, seconds: float) -> None:
         """Called by the deadline thread: free the slot as for a lost lease, write a retry
