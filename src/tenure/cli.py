@@ -236,9 +236,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([s.__dict__ for s in stats])
         return 0
-    headers = ("queue", "ready", "sched", "running", "expired", "done", "dlq", "oldest_ready", "oldest_run",
-               "hb_lag_max", "workers")
-    rows = [(s.queue, s.ready, s.scheduled, s.running, s.running_expired, s.completed, s.failed,
+    headers = ("queue", "state", "ready", "sched", "running", "expired", "done", "dlq", "cancelled",
+               "oldest_ready", "oldest_run", "hb_lag_max", "workers")
+    rows = [(s.queue, ("paused" if s.paused else "active") + (f" max={s.max_running}" if s.max_running else ""),
+             s.ready, s.scheduled, s.running, s.running_expired, s.completed, s.failed, s.cancelled,
              f"{s.oldest_ready_age_seconds:.1f}s", f"{s.oldest_running_age_seconds:.1f}s",
              f"{s.heartbeat_lag_max_seconds:.1f}s", s.live_workers) for s in stats]
     _table(headers, rows)

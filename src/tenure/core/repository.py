@@ -78,7 +78,7 @@ def check_priority(priority: Any) -> int:
 
 _ZERO_STATS = ("ready", "scheduled", "running", "running_expired", "failed", "oldest_ready_age_seconds",
                "oldest_running_age_seconds", "heartbeat_lag_max_seconds", "heartbeat_lag_p95_seconds",
-               "live_workers", "redelivered", "reaped_total")
+               "live_workers", "redelivered", "reaped_total", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -401,7 +401,7 @@ class Repository:
         elif isinstance(completed, dict):
             counts = {q: n for q, n in completed.items() if queue is None or q == queue}
         for name in counts.keys() - rows.keys():
-            rows[name] = {"queue": name, **{f: 0 for f in _ZERO_STATS}}
+            rows[name] = {"queue": name, **{f: 0 for f in _ZERO_STATS}, "paused": False, "max_running": None}
         return [QueueStats(**{**rows[name], "completed": counts.get(name, 0)}) for name in sorted(rows)]
 
     def completed_counts(self, queue: str | None = None) -> dict[str, int]:

@@ -24,6 +24,11 @@ class QueueStats:
     live_workers: int
     redelivered: int
     reaped_total: int
+    paused: bool = False
+    """Workers do not claim from a paused queue (`tenure queues pause`)."""
+    max_running: int | None = None
+    """Global cap on running jobs across all workers (`tenure queues limit`), None: none."""
+    cancelled: int = 0
 
 
 def fetch_queue_stats(dsn: str, schema: str = "tenure", queue: str | None = None, *,

@@ -329,10 +329,18 @@ WITH pending AS (
     SELECT queue_name, count(*) AS reaped FROM {schema}.job_events
     WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
       AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text) GROUP BY queue_name
+), ctl AS (
+    SELECT name AS queue_name, paused, max_running FROM {schema}.queues
+    WHERE %(queue)s::text IS NULL OR name = %(queue)s::text
+), cancelled AS (
+    SELECT queue_name, count(*) AS cancelled FROM {schema}.jobs
+    WHERE cancelled_at IS NOT NULL AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    GROUP BY queue_name
 ), queues AS (
     SELECT queue_name FROM pending UNION SELECT queue_name FROM running
     UNION SELECT queue_name FROM failed UNION SELECT queue_name FROM live
-    UNION SELECT queue_name FROM reaped
+    UNION SELECT queue_name FROM reaped UNION SELECT queue_name FROM ctl
+    UNION SELECT queue_name FROM cancelled
 )
 SELECT q.queue_name AS queue,
        coalesce(p.ready, 0)::bigint AS ready, coalesce(p.scheduled, 0)::bigint AS scheduled,
@@ -344,13 +352,17 @@ SELECT q.queue_name AS queue,
        coalesce(r.lag_p95, 0)::float8 AS heartbeat_lag_p95_seconds,
        coalesce(l.live_workers, 0)::bigint AS live_workers,
        (coalesce(p.redelivered, 0) + coalesce(r.redelivered, 0))::bigint AS redelivered,
-       coalesce(rp.reaped, 0)::bigint AS reaped_total
+       coalesce(rp.reaped, 0)::bigint AS reaped_total,
+       coalesce(c.paused, false) AS paused, c.max_running,
+       coalesce(cx.cancelled, 0)::bigint AS cancelled
 FROM queues q
 LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
 LEFT JOIN failed f USING (queue_name)
 LEFT JOIN live l USING (queue_name)
 LEFT JOIN reaped rp USING (queue_name)
+LEFT JOIN ctl c USING (queue_name)
+LEFT JOIN cancelled cx USING (queue_name)
 WHERE %(queue)s::text IS NULL OR q.queue_name = %(queue)s::text
 ORDER BY q.queue_name;
 
