@@ -33,9 +33,9 @@ class WorkerMetrics:
                                          "Running jobs whose cancel this worker learned at a heartbeat.", qt,
                                          registry=registry)
         self.periodic_enqueued = Counter("tenure_periodic_enqueued", "Periodic slots this process enqueued.",
-                                         ["schedule"], registry=registry)
+                                         ["queue", "schedule"], registry=registry)
         self.periodic_skipped = Counter("tenure_periodic_slots_skipped",
-                                        "Missed periodic slots skipped by the bounded catch-up.", ["schedule"],
+                                        "Missed periodic slots skipped by the bounded catch-up.", ["queue", "schedule"],
                                         registry=registry)
         self.lease_extensions = Counter("tenure_lease_extensions", "Lease renewals accepted by heartbeat.", qt,
                                         registry=registry)

@@ -538,9 +538,9 @@ class Worker:
         self._wakeup.set()
 
     def _periodic_enqueued(self, schedule: Schedule, slot: object, job_id: int, skipped: int) -> None:
-        self.metrics.periodic_enqueued.labels(schedule.name).inc()
+        self.metrics.periodic_enqueued.labels(schedule.queue, schedule.name).inc()
         if skipped:
-            self.metrics.periodic_skipped.labels(schedule.name).inc(skipped)
+            self.metrics.periodic_skipped.labels(schedule.queue, schedule.name).inc(skipped)
 
     def _timed_out(self, ctx: JobContext, seconds: float) -> None:
         """Called by the deadline thread: free the slot as for a lost lease, write a retry
