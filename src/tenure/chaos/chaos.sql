@@ -108,7 +108,7 @@ SET max_lease_expires_at = greatest(s.max_lease_expires_at, excluded.max_lease_e
 -- name: chaos_progress
 -- Jobs of the run by state: total, terminal, running, pending.
 SELECT count(*)::int AS total,
-       count(*) FILTER (WHERE status IN ('completed', 'failed'))::int AS terminal,
+       count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled'))::int AS terminal,
        count(*) FILTER (WHERE status = 'running')::int AS running,
        count(*) FILTER (WHERE status = 'pending')::int AS pending
 FROM {schema}.jobs WHERE queue_name = %(queue)s;
@@ -192,3 +192,27 @@ SELECT id, pid FROM {schema}.workers;
 SELECT w.pid, count(*)::int AS running
 FROM {schema}.jobs j JOIN {schema}.workers w ON w.id = j.locked_by
 WHERE j.status = 'running' GROUP BY w.pid;
+
+-- name: chaos_pick_for_cancel
+-- One running job of the run (a pending one when none runs), chosen by a random fraction.
+WITH c AS (
+    SELECT id, status FROM {schema}.jobs
+    WHERE queue_name = %(queue)s AND status IN ('running', 'pending')
+), ranked AS (
+    SELECT id, row_number() OVER (ORDER BY (status = 'running') DESC, id) AS r,
+           count(*) FILTER (WHERE status = 'running') OVER () AS running, count(*) OVER () AS total
+    FROM c
+)
+SELECT id FROM ranked
+WHERE r = 1 + floor(%(fraction)s::float8 * CASE WHEN running > 0 THEN running ELSE total END)::int;
+
+-- name: chaos_claims_between
+-- Claims of the queue whose statement started inside a window (a paused queue must have none).
+SELECT count(*)::int AS n FROM {schema}.job_events
+WHERE event = 'claimed' AND queue_name = %(queue)s
+  AND created_at > to_timestamp(%(start)s) AND created_at < to_timestamp(%(end)s);
+
+-- name: chaos_timeout_jobs
+-- Jobs with a retry or dead-letter caused by a task timeout.
+SELECT DISTINCT job_id FROM {schema}.job_events
+WHERE queue_name = %(queue)s AND event IN ('retry_scheduled', 'dead_lettered') AND reason = 'task_timeout';
