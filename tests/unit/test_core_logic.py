@@ -92,7 +92,8 @@ def test_named_queries_follow_house_style() -> None:
     assert len(queries) >= 25
     for name, (description, sql) in queries.items():
         assert re.fullmatch(r"[a-z]+(_[a-z]+)+", name), name
-        assert name.split("_")[0] in {"job", "queue", "worker", "execution", "dlq", "db", "migration"}, name
+        assert name.split("_")[0] in {"job", "queue", "worker", "execution", "dlq", "db", "migration",
+                                        "periodic"}, name
         assert len(description) > 10, name
         assert "{schema}" in sql or name in ("db_now", "migration_lock", "migration_table_exists"), name
     # Every time-dependent query compares with the database clock, never a parameter.
