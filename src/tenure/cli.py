@@ -305,8 +305,14 @@ def cmd_prune(args: argparse.Namespace) -> int:
             total += deleted
             if deleted < args.batch:
                 break
+        cancelled = 0
+        while True:
+            deleted = repo.prune_cancelled(args.older_than, batch=args.batch)
+            cancelled += deleted
+            if deleted < args.batch:
+                break
         workers = repo.worker_prune(args.older_than)
-    print(f"pruned {total} completed job(s) and {workers} stale worker row(s)")
+    print(f"pruned {total} completed job(s), {cancelled} cancelled job(s) and {workers} stale worker row(s)")
     return 0
 
 
@@ -416,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tenure.control_cli import add_jobs_commands
     add_jobs_commands(jobs_sub)
 
-    p = sub.add_parser("prune", help="delete completed jobs (and stale worker rows) older than a duration")
+    p = sub.add_parser("prune", help="delete completed and cancelled jobs (and stale worker rows) older than a duration")
     p.add_argument("--older-than", type=duration, required=True)
     p.add_argument("--batch", type=positive_int, default=10_000)
     p.set_defaults(func=cmd_prune)

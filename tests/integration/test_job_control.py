@@ -210,3 +210,12 @@ def test_cancel_is_exported_and_unknown_schema_name_is_refused() -> None:
     assert tenure.cancel is control.cancel
     with pytest.raises(ConfigError):
         Repository(None, f"Bad-{uuid.uuid4().hex}")  # type: ignore[arg-type]
+
+
+def test_prune_removes_old_cancelled_jobs_only(repo: Repository, conn: Connection, schema: str) -> None:
+    old, fresh, pending = (repo.enqueue("t").id for _ in range(3))
+    control.cancel(conn, [old, fresh], schema=schema)
+    conn.execute(f"UPDATE \"{schema}\".jobs SET cancelled_at = now() - interval '8 days' WHERE id = %s", (old,))
+    assert repo.prune_cancelled(7 * 86400) == 1
+    assert repo.get_job(old) is None and repo.job_events(old) == []
+    assert repo.get_job(fresh) is not None and repo.get_job(pending) is not None

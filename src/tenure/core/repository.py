@@ -487,6 +487,10 @@ class Repository:
     def dlq_purge(self, older_than: float, queue: str | None = None) -> int:
         return len(self._rows("dlq_purge", {"older_than": float(older_than), "queue": queue}))
 
+    def prune_cancelled(self, older_than: float, batch: int = 10_000) -> int:
+        row = self._one("job_prune_cancelled", {"older_than": float(older_than), "batch": batch})
+        return int(row["deleted"]) if row else 0
+
     def prune_completed(self, older_than: float, batch: int = 10_000) -> int:
         row = self._one("job_prune_completed", {"older_than": float(older_than), "batch": batch})
         return int(row["deleted"]) if row else 0

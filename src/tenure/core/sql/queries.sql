@@ -508,6 +508,20 @@ WITH doomed AS (
 )
 SELECT count(*)::int AS deleted FROM deleted;
 
+-- name: job_prune_cancelled
+-- Delete up to `batch` cancelled jobs cancelled more than `older_than` seconds ago, and their audit events.
+WITH doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE cancelled_at IS NOT NULL AND status = 'cancelled'
+      AND cancelled_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY cancelled_at LIMIT %(batch)s
+), deleted AS (
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+), events AS (
+    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+)
+SELECT count(*)::int AS deleted FROM deleted;
+
 -- name: job_runtime_quantiles
 -- Runtime p50/p99 of recent successful attempts per queue and task (from audit events), for `tenure doctor`.
 WITH runs AS (
