@@ -26,9 +26,14 @@ tools:
 generate: install
 	$(BIN)/python -m tenure.observability.generate
 
+# Generated files current, types (mypy strict), the layering contract in pyproject.toml
+# (core < reaper < worker < observability < operator | chaos | demo < cli; nothing imports cli),
+# and imports sorted with none unused (ruff rules I and F401; `ruff check --fix` repairs them).
 lint: install
 	$(BIN)/python -m tenure.observability.generate --check
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/ruff check src tests e2e bench
 
 test: install tools lint
 	. scripts/tools/env.sh && $(BIN)/pytest

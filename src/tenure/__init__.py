@@ -6,16 +6,14 @@ error classes, and :func:`enqueue` for enqueueing inside your own transaction (o
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from typing import Any
 
 import psycopg
 
-from tenure.core.errors import (AmbiguousError, ConfigError, InvalidPayload, LeaseLost,
-                                PermanentError, RetryableError)
 from tenure.control import CancelReport, cancel
+from tenure.core.errors import AmbiguousError, ConfigError, InvalidPayload, LeaseLost, PermanentError, RetryableError
 from tenure.core.repository import EnqueueResult, JobSpec, Repository
+from tenure.core.version import __version__
 from tenure.worker.app import App
 from tenure.worker.context import JobContext
 

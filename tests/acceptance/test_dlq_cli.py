@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from tenure.core.repository import JobSpec, Repository
-
 from support.processes import run_cli
+from tenure.core.repository import JobSpec, Repository
 
 pytestmark = pytest.mark.acceptance
 
@@ -55,3 +54,31 @@ def test_purge_deletes_only_old_dead_letters(repo: Repository, cli_env: dict[str
     assert "purged 0" in run_cli(cli_env, "dlq", "purge", "--older-than", "1h").stdout
     time.sleep(1.1)
     assert "purged 3" in run_cli(cli_env, "dlq", "purge", "--older-than", "1s").stdout
+
+
+def test_dry_run_previews_exactly_what_the_real_run_replays_and_skips(repo: Repository,
+                                                                     cli_env: dict[str, str]) -> None:
+    """The preview validates against --app like the real run and walks the same jobs in the same
+    order under the same --limit: its lists equal what the real run then replays and skips."""
+    good = [JobSpec("send_invoice_email", {"invoice_id": i}) for i in range(7)]
+    bad = [JobSpec("send_invoice_email", {"invoice_id": "bad"}), JobSpec("no_such_task", {})]
+    repo.enqueue_many([good[0], bad[0], *good[1:4], bad[1], *good[4:]])
+    _dead_letter_all(repo, 9)
+    args = ("dlq", "replay", "--rate", "100", "--limit", "5", "--app", "tenure.demo.tasks:app")
+
+    preview = run_cli(cli_env, *args, "--dry-run")
+    assert preview.returncode == 0, preview.stderr
+    would = [int(line.split()[2]) for line in preview.stdout.splitlines() if line.startswith("would replay ")]
+    would_skip = [int(line.split()[2].rstrip(":")) for line in preview.stdout.splitlines()
+                  if line.startswith("would skip ")]
+    [s] = repo.queue_stats("default")
+    assert (s.ready, s.failed) == (0, 9), "a dry run changes nothing"
+    assert len(would) == 5 and len(would_skip) == 2, preview.stdout
+
+    real = run_cli(cli_env, *args)
+    assert real.returncode == 0, real.stderr
+    skipped = [int(line.split()[1].rstrip(":")) for line in real.stderr.splitlines() if line.startswith("skipped ")]
+    still_dead = {r["id"] for r in repo.dlq_list(limit=10)}
+    replayed = [j for j in sorted(would + would_skip + list(still_dead)) if j not in still_dead]
+    assert skipped == would_skip
+    assert replayed == would

@@ -9,15 +9,15 @@ from subprocess import Popen
 import pytest
 
 from support.fake_provider import FakeProvider
-from tenure.core.repository import Repository
-
 from support.processes import wait_for
+from tenure.core.repository import Repository
 
 pytestmark = pytest.mark.acceptance
 
 WORKER = ["worker", "--app", "acceptance_tasks:app", "--lease", "1", "--heartbeat", "0.3", "--grace", "0.5",
           "--poll-interval", "0.1", "--backoff-base", "0", "--backoff-max", "0"]
-REAPER = ["reaper", "--interval", "0.2", "--grace", "0.5", "--backoff-base", "0", "--backoff-max", "0"]
+REAPER = ["reaper", "--interval", "0.2", "--grace", "0.5", "--heartbeat", "0.3", "--backoff-base", "0",
+          "--backoff-max", "0"]
 
 
 def _run_crash_flow(repo: Repository, spawn: Callable[..., Popen[bytes]], provider: FakeProvider) -> int:

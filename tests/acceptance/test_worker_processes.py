@@ -12,16 +12,16 @@ from subprocess import Popen
 
 import pytest
 
-from tenure.core.repository import Repository
-
 from support.processes import run_cli, wait_for
+from tenure.core.repository import Repository
 
 pytestmark = pytest.mark.acceptance
 
 LEASE, HEARTBEAT, GRACE = 1.0, 0.3, 0.5
 WORKER = ["worker", "--app", "acceptance_tasks:app", "--lease", str(LEASE), "--heartbeat", str(HEARTBEAT),
           "--grace", str(GRACE), "--poll-interval", "0.1", "--concurrency", "2"]
-REAPER = ["reaper", "--interval", "0.2", "--grace", str(GRACE), "--backoff-base", "0", "--backoff-max", "0"]
+REAPER = ["reaper", "--interval", "0.2", "--grace", str(GRACE), "--heartbeat", str(HEARTBEAT), "--backoff-base", "0",
+          "--backoff-max", "0"]
 
 
 def _running_by(repo: Repository, job_id: int, not_by: str | None = None) -> str | None:

@@ -54,7 +54,7 @@ def test_hung_handler_is_told_and_its_slot_freed_while_others_keep_running(dsn: 
     registry = CollectorRegistry()
     worker = Worker(app, WorkerConfig(concurrency=1, poll_interval=0.05, max_abandoned=1,
                                       heartbeat=HeartbeatConfig(lease=0.6, interval=0.2, max_lease_total=1.0),
-                                      reaper_interval=0.2, reaper=ReaperConfig(grace=0.2)),
+                                      reaper=ReaperConfig(grace=0.2, interval=0.2)),
                     dsn=dsn, schema=schema, registry=registry)
     thread = _start(worker)
     _wait(lambda: seen.get("lost") is not None, 10)

@@ -120,8 +120,8 @@ def test_every_panel_and_alert_expression_against_a_live_prometheus(
         repo: Repository, tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("exporter", "worker_a", "worker_b", "reaper")}
     tenure_proc("exporter", "--port", str(ports["exporter"]), "--interval", "0.5", "--completed-interval", "0.5")
-    tenure_proc("reaper", "--interval", "0.5", "--grace", "0.5", "--backoff-base", "0.1", "--backoff-max", "0.2",
-                "--metrics-port", str(ports["reaper"]))
+    tenure_proc("reaper", "--interval", "0.5", "--grace", "1", "--heartbeat", "1", "--backoff-base", "0.1",
+                "--backoff-max", "0.2", "--metrics-port", str(ports["reaper"]))
     worker = tenure_proc("worker", "--app", "livestack:app", "--queue", "live", "--concurrency", "4", "--lease", "6",
                 "--heartbeat", "1", "--poll-interval", "0.2", "--drain-timeout", "1",
                 "--metrics-port", str(ports["worker_a"]))

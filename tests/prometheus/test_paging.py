@@ -66,7 +66,8 @@ def test_killed_worker_pages_and_recovery_resolves(
         assert {j["status"] for j in (repo.get_job(i) for i in ids) if j} == {"running"}  # nobody recovered yet
 
         # Recovery: a reaper requeues the expired jobs and a new worker takes them.
-        tenure_proc("reaper", "--interval", "0.5", "--grace", "0.5", "--backoff-base", "0.1", "--backoff-max", "0.2")
+        tenure_proc("reaper", "--interval", "0.5", "--grace", "1", "--heartbeat", "1", "--backoff-base", "0.1",
+                    "--backoff-max", "0.2")
         tenure_proc("worker", "--app", "livestack:app", "--queue", "paging", "--concurrency", str(JOBS),
                     "--lease", "10", "--heartbeat", "1", "--poll-interval", "0.2")
         recovery_at = time.monotonic()

@@ -10,8 +10,7 @@ import pytest
 
 from tenure.cli import build_parser, duration
 from tenure.core.backoff import RetryPolicy, backoff_cap, full_jitter_delay
-from tenure.core.errors import (AmbiguousError, ConfigError, PermanentError, RetryableError,
-                                classify_exception)
+from tenure.core.errors import AmbiguousError, ConfigError, PermanentError, RetryableError, classify_exception
 from tenure.core.queries import _read, parse_named_queries
 from tenure.reaper.reaper import ReaperConfig
 from tenure.worker.app import App, load_app
@@ -112,6 +111,7 @@ def test_parse_named_queries_rejects_missing_description() -> None:
 
 def test_only_the_repository_runs_sql() -> None:
     from pathlib import Path
+
     import tenure
     root = Path(tenure.__file__).parent
     offenders = []
@@ -166,3 +166,27 @@ def test_queue_retry_policy_applies_unless_the_task_overrides() -> None:
     assert app.tasks["plain"].retry_policy(None).max_attempts == 5
     assert app.tasks["plain"].retry_policy(queue) == queue
     assert app.tasks["own"].retry_policy(queue) == RetryPolicy(base_delay=2, max_delay=20, max_attempts=9)
+
+
+def test_every_tenure_module_imports() -> None:
+    """Lazily imported modules (the operator's, imported when `tenure operator` runs) cannot rot unseen."""
+    import importlib
+    import pkgutil
+
+    import tenure
+    names = [m.name for m in pkgutil.walk_packages(tenure.__path__, "tenure.") if not m.name.endswith("__main__")]
+    assert "tenure.operator.main" in names and "tenure.cli.dlq" in names
+    for name in names:
+        importlib.import_module(name)
+
+
+@pytest.mark.parametrize("argv, schema, url", [
+    (["stats"], None, None),
+    (["--schema", "before", "stats"], "before", None),
+    (["stats", "--schema", "after", "--database-url", "postgresql://h/db"], "after", "postgresql://h/db"),
+    (["--schema", "before", "dlq", "list", "--schema", "after"], "after", None),
+    (["--database-url", "postgresql://h/db", "jobs", "show", "1"], None, "postgresql://h/db"),
+])
+def test_global_options_before_or_after_the_command(argv: list[str], schema: str | None, url: str | None) -> None:
+    args = build_parser().parse_args(argv)
+    assert (args.schema, args.database_url) == (schema, url)

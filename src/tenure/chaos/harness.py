@@ -398,6 +398,7 @@ class ChaosHarness:
             env = self._env(slot)
         else:
             args = ["reaper", "--interval", str(c.reaper_interval), "--grace", str(c.grace),
+                    "--heartbeat", str(c.heartbeat),
                     "--backoff-base", "0.2", "--backoff-max", "1", "--batch", "200",
                     "--max-lease-expiries", str(c.max_lease_expiries)]
             env = self._env(None)

@@ -22,7 +22,12 @@ class ConfigError(TenureError, ValueError):
     """Invalid configuration: the CLI prints it on one line and exits 2."""
 
 
-class PayloadError(TenureError, ValueError):
+class JobSpecError(TenureError, ValueError):
+    """An enqueue request tenure refuses (empty task or queue, negative delay, attempts below 1,
+    a payload it cannot store...). Raised before anything is written; the CLI exits 2."""
+
+
+class PayloadError(JobSpecError):
     """A payload that cannot be stored: not JSON, NaN/Infinity, a NUL character, or too large.
     Raised before anything is written."""
 

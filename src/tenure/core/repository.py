@@ -11,6 +11,7 @@ No caching and no retries here: callers decide how to react to errors.
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -22,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tenure.core.errors import ConfigError, PayloadError, SchemaTooNewError
+from tenure.core.errors import ConfigError, JobSpecError, PayloadError, SchemaTooNewError
 from tenure.core.queries import migrations, named_queries, notify_channel, quote_ident
 from tenure.core.stats import QueueStats
 
@@ -78,7 +79,7 @@ def check_priority(priority: Any) -> int:
 
 _ZERO_STATS = ("ready", "scheduled", "running", "running_expired", "failed", "oldest_ready_age_seconds",
                "oldest_running_age_seconds", "heartbeat_lag_max_seconds", "heartbeat_lag_p95_seconds",
-               "live_workers", "redelivered", "reaped_total", "cancelled")
+               "live_workers", "redelivered", "reaped_total", "in_flight", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,27 @@ class EnqueueResult:
     """False when an existing job with the same idempotency key was returned (dedup hit)."""
 
 
+MAX_ATTEMPTS_LIMIT = 2**31 - 1
+"""Largest ``max_attempts`` (the column is a PostgreSQL integer)."""
+DELAY_MAX_SECONDS = 100 * 365 * 86400.0
+"""Longest enqueue delay: 100 years (anything longer is a unit mistake)."""
+
+
+def _check_text(what: str, value: Any, *, name: bool = True) -> None:
+    if not isinstance(value, str):
+        raise JobSpecError(f"{what} must be a string, got {value!r}")
+    if not value.strip():
+        raise JobSpecError(f"{what} must not be empty, got {value!r}")
+    if "\x00" in value:
+        raise JobSpecError(f"{what} contains a NUL character, which PostgreSQL text cannot store")
+    if name and value != value.strip():
+        raise JobSpecError(f"{what} must not start or end with whitespace, got {value!r}")
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """One job of a batch enqueue."""
+    """One job to enqueue. :meth:`validate` is the one check every enqueue path runs
+    (``tenure enqueue`` flags, ``--from-file``, :func:`tenure.enqueue`, :meth:`Repository.enqueue_many`)."""
 
     task: str
     payload: Any = None
@@ -99,6 +118,26 @@ class JobSpec:
     delay: float = 0.0
     idempotency_key: str | None = None
     priority: int = PRIORITY_DEFAULT
+
+    def validate(self) -> str:
+        """Raise JobSpecError (a ValueError) naming the first invalid field: an empty task or queue
+        name (or one with surrounding whitespace or a NUL), an empty idempotency key, ``max_attempts``
+        not a whole number from 1 to 2^31-1, a delay that is negative, not finite or above 100 years,
+        or a payload jsonb cannot store (PayloadError). Returns the payload's stored JSON text."""
+        _check_text("task name", self.task)
+        _check_text("queue name", self.queue)
+        check_priority(self.priority)
+        if self.idempotency_key is not None:
+            _check_text("idempotency key", self.idempotency_key, name=False)
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= MAX_ATTEMPTS_LIMIT:
+            raise JobSpecError(f"max_attempts must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT}, got {attempts!r}")
+        delay = self.delay
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay):
+            raise JobSpecError(f"delay must be a finite number of seconds, got {delay!r}")
+        if not 0 <= delay <= DELAY_MAX_SECONDS:
+            raise JobSpecError(f"delay must be from 0 to {DELAY_MAX_SECONDS:.0f} seconds (100 years), got {delay:g}")
+        return encode_payload(self.payload)
 
 
 @dataclass(frozen=True)
@@ -239,9 +278,14 @@ class Repository:
                 idempotency_key: str | None = None, delay: float = 0.0, max_attempts: int = 5,
                 payload_version: int = 1, correlation_id: str | None = None,
                 priority: int = PRIORITY_DEFAULT) -> EnqueueResult:
-        """Insert a job (or return the existing one with the same idempotency key)."""
-        params = {"queue": queue, "task": task, "payload": encode_payload(payload),
-                  "priority": check_priority(priority),
+        """Insert a job (or return the existing one with the same idempotency key).
+        Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything."""
+        text = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority).validate()
+        if isinstance(payload_version, bool) or not isinstance(payload_version, int) or payload_version < 1:
+            raise JobSpecError(f"payload_version must be a whole number >= 1, got {payload_version!r}")
+        if correlation_id is not None:
+            _check_text("correlation id", correlation_id, name=False)
+        params = {"queue": queue, "task": task, "payload": text, "priority": priority,
                   "payload_version": payload_version, "max_attempts": max_attempts,
                   "delay": float(delay), "idempotency_key": idempotency_key,
                   "correlation_id": correlation_id, "channel": self.channel}
@@ -253,15 +297,17 @@ class Repository:
         raise RuntimeError(f"enqueue with idempotency key {idempotency_key!r} found neither a new nor an existing job")
 
     def enqueue_many(self, jobs: Sequence[JobSpec]) -> int:
-        """Insert a batch in one statement; returns how many were new (key duplicates skipped)."""
+        """Insert a batch in one statement; returns how many were new (key duplicates skipped).
+        Every job is validated (:meth:`JobSpec.validate`) before anything is written."""
         if not jobs:
             return 0
+        payloads = [j.validate() for j in jobs]
         row = self._one("job_enqueue_many", {
             "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
-            "payloads": [encode_payload(j.payload) for j in jobs],
+            "payloads": payloads,
             "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
             "idempotency_keys": [j.idempotency_key for j in jobs],
-            "priorities": [check_priority(j.priority) for j in jobs], "channel": self.channel})
+            "priorities": [j.priority for j in jobs], "channel": self.channel})
         return int(row["inserted"]) if row else 0
 
     # -- the lease protocol ----------------------------------------------------------------
@@ -462,10 +508,12 @@ class Repository:
 
     def dlq_replay_batch(self, *, ids: Sequence[int] | None, queue: str | None, error_code: str | None,
                          after_id: int, batch: int, validate: Callable[[Row], str | None],
-                         reason: str) -> tuple[list[int], list[tuple[int, str]], int]:
+                         reason: str, dry_run: bool = False) -> tuple[list[int], list[tuple[int, str]], int]:
         """Replay one batch in one transaction: ``(replayed ids, [(skipped id, why)], last id seen)``.
 
         ``validate`` returns None for a valid job or the reason it is invalid (it stays in the DLQ).
+        ``dry_run`` selects and validates the same batch but writes nothing: the ids it returns are
+        the ones a real call would replay and skip.
         """
         with self.conn.transaction():
             rows = self._rows("dlq_select_for_replay", {
@@ -478,10 +526,13 @@ class Repository:
                     good.append(int(row["id"]))
                 else:
                     skipped.append((int(row["id"]), why))
-                    self._rows("dlq_mark_invalid", {"id": row["id"], "reason": why})
+                    if not dry_run:
+                        self._rows("dlq_mark_invalid", {"id": row["id"], "reason": why})
+            last = max((int(r["id"]) for r in rows), default=after_id)
+            if dry_run:  # the rows are locked and still failed: exactly these would move
+                return good, skipped, last
             replayed = [int(r["id"]) for r in self._rows(
                 "dlq_replay", {"ids": good, "reason": reason, "channel": self.channel})] if good else []
-            last = max((int(r["id"]) for r in rows), default=after_id)
             return replayed, skipped, last
 
     def dlq_purge(self, older_than: float, queue: str | None = None) -> int:

@@ -24,6 +24,10 @@ class QueueStats:
     live_workers: int
     redelivered: int
     reaped_total: int
+    in_flight: int = 0
+    """Running jobs whose owner the worker registry sees alive (the sum of the workers'
+    ``tenure_jobs_in_flight``, give or take an acknowledgement); ``running - in_flight`` are
+    held by dead or silent workers and wait for the reaper."""
     paused: bool = False
     """Workers do not claim from a paused queue (`tenure queues pause`)."""
     max_running: int | None = None

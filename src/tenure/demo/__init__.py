@@ -54,7 +54,8 @@ def run_demo(args: argparse.Namespace) -> int:
                           "--backoff-max", "1"]
             procs.append(subprocess.Popen(worker_cmd, env=env, stderr=subprocess.DEVNULL))
             procs.append(subprocess.Popen([sys.executable, "-m", "tenure.cli", "reaper", "--interval", "0.5s",
-                                           "--grace", f"{GRACE}s", "--backoff-base", "0.2", "--backoff-max", "1"],
+                                           "--grace", f"{GRACE}s", "--heartbeat", f"{HEARTBEAT}s", "--backoff-base", "0.2",
+                                           "--backoff-max", "1"],
                                           env=env, stderr=subprocess.DEVNULL))
             second_started = False
             deadline = time.monotonic() + 60

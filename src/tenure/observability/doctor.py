@@ -24,10 +24,8 @@ It only reads; it never recovers anything (R20: review before any manual recover
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import re
 import statistics
 import time
 from collections import defaultdict
@@ -523,56 +521,3 @@ def render_text(report: Report) -> str:
                          f"--grace {g.grace_seconds:g}s{current}")
             lines.append(f"      {g.basis}")
     return "\n".join(lines)
-
-
-# -- CLI --------------------------------------------------------------------------------------
-
-def _duration(text: str) -> float:
-    from tenure.cli import duration  # the CLI's one duration syntax (30s, 5m, 2h)
-    return duration(text)
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``tenure doctor`` on the CLI's subparsers."""
-    p = sub.add_parser("doctor", help="diagnose expired leases: dead vs hung vs slow storage, reaper, settings")
-    p.add_argument("--queue", default=None, help="only this queue")
-    p.add_argument("--json", action="store_true", help="machine-readable report")
-    p.add_argument("--window", type=_duration, default=WINDOW_SECONDS_DEFAULT,
-                   help="history for runtimes and reaps (default %(default)ss)")
-    p.add_argument("--lease-margin", type=float, default=LEASE_MARGIN_DEFAULT,
-                   help="suggested lease = runtime p99 x this (default %(default)s)")
-    p.add_argument("--lease-floor", type=_duration, default=LEASE_FLOOR_SECONDS_DEFAULT,
-                   help="smallest suggested lease (default %(default)ss)")
-    p.add_argument("--hung-multiple", type=float, default=HUNG_RUNTIME_MULTIPLE_DEFAULT,
-                   help="a renewed job older than this x runtime p99 is hung (default %(default)s)")
-    p.add_argument("--hung-min", type=_duration, default=HUNG_MIN_SECONDS_DEFAULT,
-                   help="...and older than this (default %(default)ss)")
-    p.add_argument("--grace", type=_duration, default=GRACE_DEFAULT,
-                   help="the deployed reaper's grace (default %(default)ss)")
-    p.add_argument("--reaper-interval", type=_duration, default=INTERVAL_DEFAULT,
-                   help="the deployed reaper's interval (default %(default)ss)")
-    p.add_argument("--rtt-samples", type=int, default=RTT_SAMPLES_DEFAULT,
-                   help="database round trips to measure (default %(default)s)")
-    p.set_defaults(func=cmd_doctor)
-
-
-def config_from_args(args: argparse.Namespace) -> DoctorConfig:
-    return DoctorConfig(queue=args.queue, window_seconds=args.window, lease_margin=args.lease_margin,
-                        lease_floor_seconds=args.lease_floor, hung_runtime_multiple=args.hung_multiple,
-                        hung_min_seconds=args.hung_min, reaper_grace=args.grace,
-                        reaper_interval=args.reaper_interval, rtt_samples=args.rtt_samples)
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from tenure.core.db import connect
-
-    doctor = Doctor(config_from_args(args))
-    with connect(args.dsn, application_name="tenure-doctor") as conn:
-        repo = Repository(conn, args.schema)
-        repo.check_schema()
-        report = doctor.run_once(repo)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        print(render_text(report))
-    return report.exit_code

@@ -52,10 +52,20 @@ class ReaperConfig:
     """Lease expiries after which the job is dead-lettered with ``lease_expired``."""
     retry: RetryPolicy = RetryPolicy()
     """Backoff for requeues (the same full-jitter function as handler retries)."""
+    heartbeat: float | None = None
+    """The longest heartbeat interval of the workers whose jobs this reaper recovers, when known
+    (`tenure reaper --heartbeat`, default the workers' default): ``grace`` must cover at least one
+    heartbeat. None: not checked (a library caller that knows its workers)."""
 
     def validate(self) -> None:
         if self.grace < 0:
             raise ConfigError("reaper grace must be >= 0")
+        if self.heartbeat is not None:
+            if self.heartbeat <= 0:
+                raise ConfigError("reaper heartbeat must be positive")
+            if self.grace < self.heartbeat:
+                raise ConfigError(f"reaper grace {self.grace:g}s is below one heartbeat interval "
+                                  f"({self.heartbeat:g}s): give --grace at least the workers' --heartbeat")
         if self.batch < 1:
             raise ConfigError("reaper batch must be >= 1")
         if self.interval <= 0:

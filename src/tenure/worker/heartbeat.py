@@ -20,8 +20,8 @@ import psycopg
 from tenure.core.db import connect
 from tenure.core.errors import ConfigError
 from tenure.core.repository import Repository
-from tenure.observability.worker_metrics import WorkerMetrics
 from tenure.worker.context import JobContext
+from tenure.worker.metrics import WorkerMetrics
 
 log = logging.getLogger("tenure.heartbeat")
 

@@ -32,7 +32,6 @@ from typing import Any
 import psycopg
 from prometheus_client import CollectorRegistry
 
-from tenure import __version__
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import Connection, connect
 from tenure.core.errors import (AmbiguousError, ConfigError, JobFailure, LeaseLost, PermanentError,
@@ -41,13 +40,14 @@ from tenure.core.redaction import Redaction
 from tenure.core.queries import notify_channel
 from tenure.core.repository import PRIORITY_AGING_DEFAULT as PRIORITY_AGING_DEFAULT
 from tenure.core.repository import ClaimedJob, Repository
-from tenure.observability.worker_metrics import WorkerMetrics
+from tenure.core.version import __version__
 from tenure.reaper.reaper import Reaper, ReaperConfig
 from tenure.worker.app import App, Task
 from tenure.worker.context import EffectDeferred, JobContext
 from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
 from tenure.worker.periodic import Schedule, Scheduler
 from tenure.worker.timeouts import Deadlines
+from tenure.worker.metrics import WorkerMetrics
 
 log = logging.getLogger("tenure.worker")
 
@@ -80,10 +80,8 @@ class WorkerConfig:
     """Seconds in-flight jobs get to finish after SIGTERM before they are released."""
     burst: bool = False
     """Exit once the queues have no pending (ready or scheduled) or running jobs."""
-    reaper_interval: float = REAPER_INTERVAL_DEFAULT
-    """Seconds between in-process reaper cycles; 0 leaves reaping to `tenure reaper`."""
-    reaper: ReaperConfig = ReaperConfig()
-    """Policy of the in-process reaper (grace, batch, backoff)."""
+    reaper: ReaperConfig | None = None
+    """The in-process reaper (grace, batch, backoff, interval); None leaves reaping to `tenure reaper`."""
     max_abandoned: int = MAX_ABANDONED_DEFAULT
     """Sync handler threads that outlived their lease before /healthz fails (0: concurrency)."""
     redaction: Redaction = Redaction()
@@ -109,14 +107,14 @@ class WorkerConfig:
             raise ConfigError("poll interval must be positive")
         if self.drain_timeout < 0:
             raise ConfigError("drain timeout must be >= 0")
-        if self.reaper_interval < 0:
-            raise ConfigError("reaper interval must be >= 0")
         if self.priority_aging < 0:
             raise ConfigError("priority aging must be >= 0")
         self.heartbeat.validate()
-        self.reaper.validate()
         if self.retry is not None:
             self.retry.validate()
+        if self.reaper is None:
+            return
+        self.reaper.validate()
         if self.reaper.grace < self.heartbeat.interval:
             raise ConfigError(
                 f"grace {self.reaper.grace:g}s must cover at least one heartbeat interval "
@@ -281,9 +279,8 @@ class Worker:
             scheduler = Scheduler(self.app.schedules, dsn=self.dsn, schema=self.schema,
                                   on_enqueue=self._periodic_enqueued)
             self._start_thread(lambda: scheduler.run_forever(reaper_stop), "tenure-scheduler")
-        if self.config.reaper_interval > 0:
-            reaper = Reaper(ReaperConfig(**{**self.config.reaper.__dict__, "interval": self.config.reaper_interval}),
-                            dsn=self.dsn, schema=self.schema, reaper_id=f"reaper-{self.worker_id}")
+        if self.config.reaper is not None:
+            reaper = Reaper(self.config.reaper, dsn=self.dsn, schema=self.schema, reaper_id=f"reaper-{self.worker_id}")
             self._start_thread(lambda: reaper.run_forever(reaper_stop), "tenure-reaper")
         self.state.ready = True
         try:

@@ -308,15 +308,20 @@ WITH pending AS (
     FROM {schema}.jobs WHERE status = 'pending' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
     GROUP BY queue_name
 ), running AS (
-    SELECT queue_name,
+    SELECT j.queue_name,
            count(*) AS running,
-           count(*) FILTER (WHERE lease_expires_at < now()) AS running_expired,
-           coalesce(extract(epoch FROM now() - min(started_at)), 0) AS oldest_running_age,
-           coalesce(extract(epoch FROM now() - min(last_heartbeat_at)), 0) AS lag_max,
-           coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM now() - last_heartbeat_at)), 0) AS lag_p95,
-           count(*) FILTER (WHERE attempt_count > 1) AS redelivered
-    FROM {schema}.jobs WHERE status = 'running' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
-    GROUP BY queue_name
+           count(*) FILTER (WHERE j.lease_expires_at < now()) AS running_expired,
+           coalesce(extract(epoch FROM now() - min(j.started_at)), 0) AS oldest_running_age,
+           coalesce(extract(epoch FROM now() - min(j.last_heartbeat_at)), 0) AS lag_max,
+           coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM now() - j.last_heartbeat_at)), 0) AS lag_p95,
+           count(*) FILTER (WHERE j.attempt_count > 1) AS redelivered,
+           count(w.id) AS in_flight
+    FROM {schema}.jobs j
+    LEFT JOIN {schema}.workers w
+           ON w.id = j.locked_by AND w.stopped_at IS NULL
+          AND w.last_seen_at > now() - make_interval(secs => 3 * w.heartbeat_seconds)
+    WHERE j.status = 'running' AND (%(queue)s::text IS NULL OR j.queue_name = %(queue)s::text)
+    GROUP BY j.queue_name
 ), failed AS (
     SELECT queue_name, count(*) AS failed FROM {schema}.jobs
     WHERE status = 'failed' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text) GROUP BY queue_name
@@ -345,6 +350,7 @@ WITH pending AS (
 SELECT q.queue_name AS queue,
        coalesce(p.ready, 0)::bigint AS ready, coalesce(p.scheduled, 0)::bigint AS scheduled,
        coalesce(r.running, 0)::bigint AS running, coalesce(r.running_expired, 0)::bigint AS running_expired,
+       coalesce(r.in_flight, 0)::bigint AS in_flight,
        coalesce(f.failed, 0)::bigint AS failed,
        coalesce(p.oldest_ready_age, 0)::float8 AS oldest_ready_age_seconds,
        coalesce(r.oldest_running_age, 0)::float8 AS oldest_running_age_seconds,

@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from tenure.chaos import harness as h
+from tenure.cli.common import command, count, duration, positive_int
+
+ORDER = 130
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -37,18 +40,9 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def add_parser(sub: Any) -> None:
-    """Register ``tenure chaos`` on the main CLI's subparsers."""
-    from tenure.cli import duration, positive_int
-
-    def count(text: str) -> int:
-        value = int(text)
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-        return value
-
-    p = sub.add_parser("chaos", help="fault-injection run (kill -9, SIGSTOP, partitions, restarts, clock skew) "
-                                     "checked against the invariants")
+def register(sub: Any) -> None:
+    p = command(sub, "chaos", "fault-injection run (kill -9, SIGSTOP, partitions, restarts, clock skew) "
+                              "checked against the invariants")
     p.add_argument("--jobs", type=positive_int, default=h.JOBS_DEFAULT, help="jobs to run (default %(default)s)")
     p.add_argument("--duration", type=duration, default=h.DURATION_DEFAULT,
                    help="seconds over which jobs are produced and faults injected, e.g. 30m (default %(default)s)")
