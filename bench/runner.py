@@ -28,8 +28,7 @@ import psycopg
 
 from bench import stats
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
-from bench.systems import (BEST_DRAIN, SYSTEMS, Progress, WorkerPlan, fill, install, parse_plan, producer_cmd,
-                           worker_cmd)
+from bench.systems import BEST_DRAIN, SYSTEMS, Progress, WorkerPlan, fill, install, parse_plan, producer_cmd, worker_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from controlplane.harness import ControlPlane, bin_dir, process_alive
 
 pytestmark = pytest.mark.e2e

@@ -11,10 +11,17 @@ The scenarios share one JobQueue (``examples/jobqueue.yaml``) and run in file or
 kube-controller-manager runs garbage collection, so deleting the JobQueue removes its
 children. There is no scheduler or kubelet: worker pods never start, so the backlog is
 drained by local ``tenure worker --burst`` processes against the same embedded PostgreSQL.
+
+Managed migrations: the database starts unmigrated. The operator's migration Job cannot run
+without a kubelet, so the test plays the kubelet's part (:meth:`Stack.run_pending_jobs`): it
+runs the Job's container command, ``tenure migrate`` with the Job's own environment (the DSN
+resolved from the Secret it references), as a local process, and writes the outcome into the
+Job's status as the Job controller would. One Job is failed on purpose to see ``Degraded``.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import os
@@ -29,7 +36,6 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-
 from controlplane.harness import ControlPlane, die_with_parent, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -227,6 +233,81 @@ class Stack:
             out, _ = proc.communicate(timeout=300)
             assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
 
+    # migration Jobs (the kubelet's and Job controller's part) -------------------------
+
+    def migration_jobs(self, namespace: str = NS) -> list[Any]:
+        return list(self.batch.list_namespaced_job(
+            namespace, label_selector="app.kubernetes.io/component=migrate").items)
+
+    def _job_status(self, name: str, namespace: str, variants: list[dict[str, Any]]) -> None:
+        """Patch a Job's status; the API server's Job status validation got stricter over
+        releases (e.g. SuccessCriteriaMet/FailureTarget before Complete/Failed), so try the
+        strict shape first and the plain one after."""
+        from kubernetes.client.rest import ApiException
+
+        errors = []
+        for status in variants:
+            try:
+                self.batch.patch_namespaced_job_status(name, namespace, {"status": status})
+                return
+            except ApiException as exc:
+                errors.append(f"{exc.status}: {exc.body}")
+        pytest.fail(f"cannot set the status of Job {namespace}/{name}: {errors}")
+
+    def finish_job(self, name: str, namespace: str = NS, *, succeeded: bool,
+                   message: str = "") -> None:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if succeeded:
+            done = {"type": "Complete", "status": "True", "reason": "Completed",
+                    "lastTransitionTime": now, "message": "Reached expected number of succeeded pods"}
+            target = {**done, "type": "SuccessCriteriaMet", "reason": "CompletionsReached"}
+            base = {"startTime": now, "completionTime": now, "succeeded": 1, "active": 0}
+        else:
+            done = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                    "lastTransitionTime": now, "message": message or "Job has reached the specified backoff limit"}
+            target = {**done, "type": "FailureTarget"}
+            base = {"startTime": now, "failed": 1, "active": 0}
+        self._job_status(name, namespace, [{**base, "conditions": [target, done]},
+                                           {**base, "conditions": [done]}])
+
+    def run_pending_jobs(self, namespace: str = NS) -> list[str]:
+        """Run every unfinished migration Job's container as a local process (what a kubelet
+        would do), then record its exit in the Job's status. Returns the Jobs run."""
+        ran = []
+        for job in self.migration_jobs(namespace):
+            if any(c.status == "True" and c.type in ("Complete", "Failed")
+                   for c in job.status.conditions or []):
+                continue
+            (container,) = job.spec.template.spec.containers
+            env = tenure_env(self.workdir)
+            for var in container.env:
+                if var.value is not None:
+                    env[var.name] = var.value
+                elif var.value_from and var.value_from.secret_key_ref:
+                    ref = var.value_from.secret_key_ref
+                    secret = self.core.read_namespaced_secret(ref.name, namespace)
+                    env[var.name] = base64.b64decode(secret.data[ref.key]).decode()
+            env["TENURE_HOME"] = str(self.workdir / "tenure-home")
+            out = subprocess.run([TENURE, *container.args], capture_output=True, text=True,
+                                 timeout=120, env=env)
+            self.finish_job(job.metadata.name, namespace, succeeded=out.returncode == 0,
+                            message=out.stderr.strip()[-300:])
+            ran.append(job.metadata.name)
+        return ran
+
+    def schema_version(self) -> int:
+        from tenure.core.db import connect
+        from tenure.core.repository import Repository
+
+        with connect(self.dsn) as conn:
+            return Repository(conn, "tenure").schema_version()
+
+    # the shared exporter --------------------------------------------------------------
+
+    def exporters(self, namespace: str = NS) -> list[Any]:
+        return list(self.apps.list_namespaced_deployment(
+            namespace, label_selector="app.kubernetes.io/component=exporter").items)
+
     def stats(self) -> Any:
         from tenure.core.stats import fetch_queue_stats
 
@@ -304,10 +385,7 @@ def stack(controlplane: ControlPlane, kube_api: Any, helm_bin: str, pg_dsn: str,
     for ns in (NS, RELEASE_NS):
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
 
-    # The database: tenure schema migrated with the CLI.
-    migrate = subprocess.run([TENURE, "--database-url", pg_dsn, "migrate"], capture_output=True,
-                             text=True, timeout=120, env=tenure_env(workdir))
-    assert migrate.returncode == 0, migrate.stderr
+    # The database starts empty: the operator's migration Job migrates it (test 1).
 
     # The chart: CRD, RBAC and ServiceAccount applied; the operator Deployment's container
     # gives the command line and environment of the operator subprocess.
@@ -367,7 +445,38 @@ def example(stack: Stack) -> dict[str, Any]:
 
 
 def test_1_example_gets_children_and_status(stack: Stack, example: dict[str, Any]) -> None:
+    from tenure.core.queries import migrations
+
     spec = example["spec"]
+    uid = (stack.jobqueue() or {})["metadata"]["uid"]
+
+    # Managed migrations: a Job with the queue's image migrates the (empty) database first,
+    # and the workers wait at 0 replicas, the reaper suspended, until it succeeded.
+    assert stack.schema_version() == 0
+    (job,) = wait_for(lambda: stack.migration_jobs() or None, 60, "the migration Job",
+                      stack.operator)
+    assert job.metadata.name.startswith(f"{NAME}-migrate-")
+    (ref,) = job.metadata.owner_references
+    assert (ref.kind, ref.name, ref.uid, ref.controller) == ("JobQueue", NAME, uid, True)
+    (migrate,) = job.spec.template.spec.containers
+    assert migrate.image == spec["image"] and migrate.args == ["migrate"]
+    assert migrate.termination_message_policy == "FallbackToLogsOnError"
+    dsn_ref = {e.name: e for e in migrate.env}["TENURE_DATABASE_URL"].value_from.secret_key_ref
+    assert (dsn_ref.name, dsn_ref.key) == (spec["database"]["secretRef"]["name"],
+                                           spec["database"]["secretRef"]["key"])
+
+    def held() -> dict[str, Any] | None:
+        cond = stack.condition("SchemaReady")
+        return cond if cond and cond["reason"] == "Migrating" else None
+
+    cond = wait_for(held, 60, "SchemaReady=False (Migrating)", stack.operator)
+    assert cond["status"] == "False" and job.metadata.name in cond["message"]
+    assert stack.replicas() == 0
+    assert stack.batch.read_namespaced_cron_job(f"{NAME}-reaper", NS).spec.suspend is True
+    assert stack.condition("Ready")["status"] == "False"  # type: ignore[index]
+
+    assert stack.run_pending_jobs() == [job.metadata.name]
+    assert stack.schema_version() == len(migrations())
 
     def reconciled() -> dict[str, Any] | None:
         jq = stack.jobqueue() or {}
@@ -379,8 +488,9 @@ def test_1_example_gets_children_and_status(stack: Stack, example: dict[str, Any
         return None
 
     jq = wait_for(reconciled, 90, "JobQueue status Ready=True", stack.operator)
-    uid = jq["metadata"]["uid"]
     status = jq["status"]
+    assert stack.condition("SchemaReady")["reason"] == "Migrated"  # type: ignore[index]
+    assert status["migrationJob"] == job.metadata.name
     assert status["ready"] == 0 and status["running"] == 0 and status["failed"] == 0
     assert status["replicas"] == status["desiredReplicas"]
     assert stack.condition("Degraded")["status"] == "False"  # type: ignore[index]
@@ -441,6 +551,24 @@ def test_1_example_gets_children_and_status(stack: Stack, example: dict[str, Any
     pdb = stack.policy.read_namespaced_pod_disruption_budget(f"{NAME}-worker", NS)
     owned_by_jobqueue(pdb)
 
+    # One exporter for the database and schema, owned (not controlled) by the JobQueue.
+    (exporter,) = wait_for(lambda: stack.exporters() or None, 60, "the exporter Deployment",
+                           stack.operator)
+    assert exporter.metadata.name == status["exporter"]
+    assert exporter.metadata.name.startswith("tenure-exporter-")
+    (ref,) = exporter.metadata.owner_references
+    assert (ref.kind, ref.name, ref.uid, ref.controller) == ("JobQueue", NAME, uid, False)
+    assert exporter.spec.replicas == 1
+    (exp,) = exporter.spec.template.spec.containers
+    assert exp.image == spec["image"] and exp.args[0] == "exporter"
+    assert {e.name: e for e in exp.env}["TENURE_SCHEMA"].value == spec["database"]["schema"]
+    assert exp.readiness_probe.http_get.path == "/readyz"
+    assert exp.security_context.read_only_root_filesystem is True
+    exp_svc = stack.core.read_namespaced_service(exporter.metadata.name, NS)
+    (exp_port,) = exp_svc.spec.ports
+    assert exp_port.port == 9464 and exp_port.target_port == "metrics"
+    assert exp_svc.spec.selector.items() <= exporter.spec.template.metadata.labels.items()
+
     # No ServiceMonitor CRD in this cluster: the operator must not have tried to create one.
     sm_calls = [e for e in stack.plane.audit_events(stack.sa_user)
                 if "/servicemonitors" in e.get("requestURI", "")]
@@ -469,6 +597,33 @@ def test_2_invalid_jobqueue_is_rejected_with_readable_message(
     body = json.loads(refused.value.body)
     assert message in body["message"], body["message"]
     assert stack.jobqueue("broken") is None
+
+
+def test_2b_out_of_range_schedule_is_degraded_by_the_operator(stack: Stack) -> None:
+    """CEL checks the schedule's shape only: ``99 99 99 99 99`` is stored, and the operator
+    reports it (Degraded/InvalidSchedule) without creating a CronJob."""
+    doc = yaml.safe_load_all((REPO / "examples" / "jobqueue.yaml").read_text())
+    (jq,) = [d for d in doc if d and d["kind"] == "JobQueue"]
+    jq["metadata"]["name"] = "badcron"
+    jq["spec"]["reaper"]["schedule"] = "99 99 99 99 99"
+    stack.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, jq)
+    try:
+        def degraded() -> dict[str, Any] | None:
+            obj = stack.jobqueue("badcron") or {}
+            for cond in (obj.get("status") or {}).get("conditions") or []:
+                if cond["type"] == "Degraded" and cond["status"] == "True":
+                    return dict(cond)
+            return None
+
+        cond = wait_for(degraded, 60, "Degraded=True for the bad schedule", stack.operator)
+        assert cond["reason"] == "InvalidSchedule", cond
+        assert "minute: 99 is outside 0-59" in cond["message"], cond
+        assert not [c for c in stack.batch.list_namespaced_cron_job(NS).items
+                    if c.metadata.name == "badcron-reaper"]
+    finally:
+        stack.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "badcron")
+        wait_for(lambda: stack.jobqueue("badcron") is None, 60, "badcron to be deleted",
+                 stack.operator)
 
 
 def test_3_backlog_scales_up_then_down_after_window(
@@ -570,9 +725,39 @@ def test_5_image_change_restart_and_delete(stack: Stack, example: dict[str, Any]
     }
     assert _children(stack) == expected_children
 
+    # A new image needs its migration first; a failed one degrades the JobQueue and the
+    # workers keep the old image.
+    old_images = _images(stack)
     stack.patch_spec({"image": "tenure:e2e-2"})
-    wait_for(lambda: _images(stack) == ("tenure:e2e-2", "tenure:e2e-2"), 60,
-             "children to follow the image change", stack.operator)
+
+    def new_job() -> Any:
+        return [j for j in stack.migration_jobs()
+                if j.spec.template.spec.containers[0].image == "tenure:e2e-2"] or None
+
+    (job2,) = wait_for(new_job, 60, "the migration Job of the new image", stack.operator)
+    stack.finish_job(job2.metadata.name, succeeded=False,
+                     message="tenure: error: cannot connect to the database")
+
+    def degraded() -> dict[str, Any] | None:
+        cond = stack.condition("Degraded")
+        return cond if cond and cond["reason"] == "MigrationFailed" else None
+
+    cond = wait_for(degraded, 60, "Degraded=True (MigrationFailed)", stack.operator)
+    assert cond["status"] == "True" and job2.metadata.name in cond["message"], cond
+    assert stack.condition("SchemaReady")["status"] == "False"  # type: ignore[index]
+    time.sleep(2 * INTERVAL)
+    assert _images(stack) == old_images
+
+    # The exporter follows the spec: switched off it is retired, back on it returns.
+    (exporter,) = stack.exporters()
+    stack.patch_spec({"metrics": {"exporter": False}})
+    wait_for(lambda: not stack.exporters(), 60, "the unused exporter to be retired",
+             stack.operator)
+    assert not [s for s in stack.core.list_namespaced_service(NS).items
+                if s.metadata.name == exporter.metadata.name]
+    stack.patch_spec({"metrics": {"exporter": True}})
+    wait_for(lambda: [e.metadata.name for e in stack.exporters()] == [exporter.metadata.name],
+             60, "the exporter to come back", stack.operator)
 
     # Restart mid-way: change the spec, stop the operator at once, change it again while it
     # is down, start it: it converges on the last spec without duplicating anything.
@@ -580,11 +765,17 @@ def test_5_image_change_restart_and_delete(stack: Stack, example: dict[str, Any]
     stack.operator.stop()
     stack.patch_spec({"image": "tenure:e2e-4"})
     stack.operator.start()
-    wait_for(lambda: _images(stack) == ("tenure:e2e-4", "tenure:e2e-4"), 90,
+    wait_for(lambda: stack.run_pending_jobs() is not None
+             and _images(stack) == ("tenure:e2e-4", "tenure:e2e-4"), 90,
              "children to follow the image change made while the operator was down",
              stack.operator)
     time.sleep(2 * INTERVAL)  # a few more passes: still exactly one of each
     assert _children(stack) == expected_children
+    # Once the current image's migration succeeded, the older Jobs (incl. the failed one) go.
+    wait_for(lambda: [j.spec.template.spec.containers[0].image
+                      for j in stack.migration_jobs()] == ["tenure:e2e-4"], 60,
+             "older migration Jobs to be retired", stack.operator)
+    assert stack.condition("Degraded")["status"] == "False"  # type: ignore[index]
     jq = stack.jobqueue() or {}
     assert jq["status"]["observedGeneration"] == jq["metadata"]["generation"]
 
@@ -593,6 +784,8 @@ def test_5_image_change_restart_and_delete(stack: Stack, example: dict[str, Any]
     wait_for(lambda: stack.jobqueue() is None, 60, "the JobQueue to be deleted", stack.operator)
     empty = {kind: [] for kind in expected_children}
     wait_for(lambda: _children(stack) == empty, 120, "the children to be garbage-collected")
+    wait_for(lambda: not stack.exporters() and not stack.migration_jobs(), 120,
+             "the exporter and the migration Job to be garbage-collected")
     replica_sets = stack.apps.list_namespaced_replica_set(
         NS, label_selector=f"app.kubernetes.io/instance={NAME}").items
     wait_for(lambda: not stack.apps.list_namespaced_replica_set(
@@ -665,7 +858,8 @@ def test_7_namespace_scoped_chart_rbac_is_sufficient(stack: Stack, helm_bin: str
             conds = (obj.get("status") or {}).get("conditions") or []
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
-        wait_for(ready, 90, "the JobQueue in the watched namespace to be Ready", operator)
+        wait_for(lambda: stack.run_pending_jobs(team) is not None and ready(), 90,
+                 "the JobQueue in the watched namespace to be Ready", operator)
         dep = stack.apps.read_namespaced_deployment(f"{NAME}-worker", team)
         assert dep.metadata.owner_references[0].name == NAME
         stack.custom.delete_namespaced_custom_object(GROUP, VERSION, team, PLURAL, NAME)

@@ -120,7 +120,7 @@ class TenureTester:
             while True:
                 if not thread.is_alive():
                     raise AssertionError("the drain worker stopped unexpectedly")
-                idle = worker.state.in_flight == 0 and worker._pending_acks == 0 and worker.state.ready
+                idle = not worker.slots.busy() and worker.state.ready
                 if idle:
                     stats = [s for s in self.repo.queue_stats(completed=False) if s.queue in names]
                     if not any(s.ready or s.running or (s.scheduled and not ready_only) for s in stats):
@@ -135,7 +135,7 @@ class TenureTester:
         for q in names:
             for r in self.repo.job_list(queue=q, limit=100_000):
                 counts[r["status"]] = counts.get(r["status"], 0) + 1
-        return DrainResult(processed=worker.state.processed, by_status=counts)
+        return DrainResult(processed=worker.slots.processed, by_status=counts)
 
     def run_inline(self, app: App, task: str, payload: Any = None, *, timeout: float = DRAIN_TIMEOUT_DEFAULT,
                    **options: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from tenure import App, JobContext
+from tenure.core.errors import LeaseLost
 
 app = App("acceptance")
 
@@ -19,10 +20,19 @@ def sleepy(ctx: JobContext) -> None:
     started = time.monotonic()
     while time.monotonic() - started < float(ctx.payload["seconds"]):
         time.sleep(0.05)
+    # What a handler that watches the flag sees first thing after a freeze, and whether
+    # check_lease() would have raised at that moment.
+    lost_at_resume = ctx.lease_lost.is_set()
+    try:
+        ctx.check_lease()
+        check_raised = False
+    except LeaseLost:
+        check_raised = True
     if ctx.payload.get("wait_for_lost"):
         ctx.lease_lost.wait(float(ctx.payload["wait_for_lost"]))
     out = Path(ctx.payload["marker_dir"]) / f"{ctx.job_id}-{ctx.attempt}-{ctx.lock_token}.json"
     out.write_text(json.dumps({"lease_lost": ctx.lease_lost.is_set(), "reason": ctx.lease_lost_reason,
+                               "lost_at_resume": lost_at_resume, "check_raised_at_resume": check_raised,
                                "worker": ctx.worker_id, "fence": ctx.fencing_token}))
 
 
@@ -39,16 +49,30 @@ def _post(url: str, body: dict[str, object], key: str) -> str:
         return str(json.loads(resp.read())["message_id"])
 
 
+def _lookup(url: str, key: str) -> str | None:
+    import urllib.parse
+    import urllib.request
+    with urllib.request.urlopen(f"{url}/lookup?{urllib.parse.urlencode({'key': key})}", timeout=5) as resp:
+        found = json.loads(resp.read())["message_id"]
+    return None if found is None else str(found)
+
+
 @app.task("send_invoice_email")
 def send_invoice_email(ctx: JobContext) -> None:
     """Seed 001's flow: the effect store guards the send; the provider gets the same key.
 
     With ``crash_after_send`` the first attempt dies after the provider accepted the email and
-    before success is recorded: the worst moment for duplicates.
+    before success is recorded: the worst moment for duplicates. The retry finds the effect in
+    doubt; ``reconcile`` says what the handler does then: ``lookup`` asks the provider,
+    ``resend`` sends again with the same key (safe only if the provider honours it), and none
+    leaves the job to be dead-lettered as ambiguous.
     """
     invoice = ctx.payload["invoice_id"]
+    provider = ctx.payload["provider"]
     key = f"invoice:{invoice}:email:v1"
-    with ctx.effect(key) as effect:
+    how = ctx.payload.get("reconcile")
+    reconcile = {"lookup": lambda k: _lookup(provider, k), "resend": lambda k: None}.get(how or "")
+    with ctx.effect(key, reconcile=reconcile) as effect:
         if effect.already_succeeded:
             return
         message_id = _post(ctx.payload["provider"], {"to": ctx.payload["to"], "invoice": invoice}, key)

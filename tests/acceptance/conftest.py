@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 

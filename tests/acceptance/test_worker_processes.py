@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from subprocess import Popen
@@ -13,15 +12,20 @@ from subprocess import Popen
 import pytest
 
 from support.processes import run_cli, wait_for
+from tenure.core.db import Connection
 from tenure.core.repository import Repository
+from tenure.reaper.reaper import recovery_bound
 
 pytestmark = pytest.mark.acceptance
 
-LEASE, HEARTBEAT, GRACE = 1.0, 0.3, 0.5
+LEASE, HEARTBEAT, GRACE, REAPER_INTERVAL, POLL = 1.0, 0.3, 0.5, 0.2, 0.1
+STATEMENT_SLACK = 1.0
+"""Seconds allowed beyond the stated bound for what it leaves out: the reap and claim statements
+and process scheduling on this shared machine (the bound itself is about 1.8 s here)."""
 WORKER = ["worker", "--app", "acceptance_tasks:app", "--lease", str(LEASE), "--heartbeat", str(HEARTBEAT),
-          "--grace", str(GRACE), "--poll-interval", "0.1", "--concurrency", "2"]
-REAPER = ["reaper", "--interval", "0.2", "--grace", str(GRACE), "--heartbeat", str(HEARTBEAT), "--backoff-base", "0",
-          "--backoff-max", "0"]
+          "--grace", str(GRACE), "--poll-interval", str(POLL), "--concurrency", "2"]
+REAPER_DEFAULT_BACKOFF = ["reaper", "--interval", str(REAPER_INTERVAL), "--grace", str(GRACE), "--heartbeat", str(HEARTBEAT)]
+REAPER = [*REAPER_DEFAULT_BACKOFF, "--backoff-base", "0", "--backoff-max", "0"]
 
 
 def _running_by(repo: Repository, job_id: int, not_by: str | None = None) -> str | None:
@@ -36,24 +40,36 @@ def _events(repo: Repository, job_id: int) -> list[str]:
 
 
 def test_kill9_mid_job_is_recovered_by_another_worker(repo: Repository, spawn: Callable[..., Popen[bytes]],
-                                                      tmp_path: Path) -> None:
-    job_id = repo.enqueue("sleepy", {"seconds": 3, "marker_dir": str(tmp_path)}).id
+                                                      tmp_path: Path, conn: Connection) -> None:
+    job_id = repo.enqueue("sleepy", {"seconds": 30, "marker_dir": str(tmp_path)}).id
     a = spawn(*WORKER)
     owner_a = wait_for(lambda: _running_by(repo, job_id), 20, "worker A to claim")
-    a.kill()
-    killed_at = time.monotonic()
-    a.wait()
-    spawn(*REAPER)
+    # The reaper (with its default backoff) and worker B run before the kill, so their start-up
+    # is not counted in the recovery.
+    spawn(*REAPER_DEFAULT_BACKOFF)
     spawn(*WORKER)
-    wait_for(lambda: repo.get_job(job_id)["status"] == "completed", 30, "job completed elsewhere")  # type: ignore[index]
+    wait_for(lambda: len(repo.worker_list()) == 2 and _reaper_connected(conn), 30, "worker B and the reaper")
+    killed_at = repo.db_now()["now"]
+    a.kill()
+    a.wait()
+    wait_for(lambda: _running_by(repo, job_id, not_by=owner_a), 30, "worker B to re-run the job")
     events = repo.job_events(job_id)
     reap = next(e for e in events if e["event"] == "reaped_due_to_expired_lease")
     claims = [e for e in events if e["event"] == "claimed"]
     assert len(claims) == 2 and claims[0]["worker_id"] == owner_a and claims[1]["worker_id"] != owner_a
-    assert [e["event"] for e in events].count("completed") == 1
-    # Recovery bound: lease + grace + reaper interval + margin (a generous one on this shared machine).
-    assert time.monotonic() - killed_at < LEASE + GRACE + 0.2 + 10
     assert reap["detail"]["owner_status"] in ("silent", "unknown", "alive")
+    # Issue 12, defect 3: a first lease expiry is requeued at once (backoff only for repeats) ...
+    assert reap["detail"]["delay_seconds"] == 0
+    # ... so the re-run starts within the bound README states, by the database's clock.
+    bound = recovery_bound(lease=LEASE, grace=GRACE, interval=REAPER_INTERVAL, poll_interval=POLL)
+    rerun_after = (claims[1]["created_at"] - killed_at).total_seconds()
+    assert rerun_after <= bound + STATEMENT_SLACK, (rerun_after, bound)
+
+
+def _reaper_connected(conn: Connection) -> bool:
+    row = conn.execute("SELECT count(*) AS n FROM pg_stat_activity "
+                       "WHERE application_name LIKE 'tenure-reaper:%'").fetchone()
+    return bool(row and row["n"])
 
 
 def test_sigterm_releases_unfinished_job_at_once(repo: Repository, spawn: Callable[..., Popen[bytes]],
@@ -92,6 +108,10 @@ def test_sigstop_past_lease_then_sigcont_is_fenced(repo: Repository, spawn: Call
     marker_a = wait_for(lambda: list(tmp_path.glob(f"{job_id}-1-{token_a}.json")), 20, "A's handler to finish")
     seen = json.loads(marker_a[0].read_text())
     assert seen["lease_lost"] is True, "the resumed handler was told its lease is lost"
+    # Issue 12, defect 2: told the moment it resumes (the local deadline passed while frozen),
+    # not only once a heartbeat gets the database's verdict; never False while check_lease() raises.
+    assert seen["check_raised_at_resume"] is True
+    assert seen["lost_at_resume"] is True, "lease_lost was False right after SIGCONT"
     events = repo.job_events(job_id)
     wait_for(lambda: any(e["event"] == "stale_completion_rejected" for e in repo.job_events(job_id))
              or any(e["event"] == "heartbeat_lost" for e in repo.job_events(job_id)), 10, "A's stale write")

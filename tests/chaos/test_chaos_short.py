@@ -23,7 +23,7 @@ SEED = 7
 COMMAND = ["chaos", "--jobs", "300", "--duration", "40", "--workers", "3", "--reapers", "2", "--lease", "2",
            "--heartbeat", "0.5", "--grace", "1", "--reaper-interval", "0.5", "--max-lease-total", "6",
            "--kills-per-kind", "3", "--hangs", "2", "--sigstops", "2", "--partitions", "2", "--pg-restarts", "1",
-           "--skew", "5m", "--seed", str(SEED), "--quiet"]
+           "--gap-restarts", "2", "--skew", "5m", "--seed", str(SEED), "--quiet"]
 
 
 def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
@@ -49,6 +49,9 @@ def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
     for kind in ("kill_before_effect", "kill_after_effect", "kill_during_ack", "hang", "sigstop",
                  "partition_drop", "partition_blackhole", "pg_restart", "clock_skew", "process_exit"):
         assert faults.get(kind, 0) >= 1, f"fault {kind} never fired: {faults}"
+    # Issue 12, defect 1: PostgreSQL restarted between guarded bodies and their success; no body ran twice.
+    assert figures["restart_in_gap_fired"] >= 1, faults
+    assert figures["guarded_body_reruns_by_planned_fault"].get("restart_in_gap", 0) == 0
     causes = figures["reaps_by_cause"]
     assert causes.get("kill", 0) >= 1 and causes.get("hang", 0) >= 1, causes
     assert causes.get("sigstop", 0) + causes.get("partition_drop", 0) + causes.get("partition_blackhole", 0) >= 1

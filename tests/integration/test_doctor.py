@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tenure.chaos.proxy import TcpProxy
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import connect
-from tenure.chaos.proxy import TcpProxy
 from tenure.core.repository import Repository
 from tenure.observability.doctor import Doctor, DoctorConfig, Report
 from tenure.reaper.reaper import Reaper, ReaperConfig

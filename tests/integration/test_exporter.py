@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from tenure.core.backoff import RetryPolicy
 from tenure.chaos.proxy import TcpProxy
+from tenure.core.backoff import RetryPolicy
 from tenure.core.repository import Repository
 from tenure.core.stats import QueueStats
 from tenure.observability.exporter import QueueCollector
@@ -188,3 +188,35 @@ def test_endpoint_answers_and_errors_rise_while_the_database_is_unreachable(
         assert back["tenure_exporter_last_success_timestamp_seconds"][()] > last_success
     finally:
         _stop(server, collector)
+
+
+def test_exporter_serves_reaper_figures_from_the_database(dsn: str, schema: str, repo: Repository) -> None:
+    """A reaper with no metrics port (the CronJob's `--once` pod) still shows up: reaps by
+    outcome and owner status from job_events, and its last cycle from reaper_cycles."""
+    collector = QueueCollector(dsn, schema, min_interval=0.0)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    server = serve(0, registry)
+    port = server.server_address[1]
+    try:
+        before = _scrape(port)
+        assert "tenure_reaper_cycles_total" not in before  # no reaper has run yet
+        assert before.get("tenure_queue_reaps_total", {}) == {}
+        repo.enqueue("t", queue="mail", max_attempts=1)
+        repo.enqueue("t", queue="mail", max_attempts=5)
+        repo.claim("gone-worker", ["mail"], 2, 0.05)
+        time.sleep(0.2)
+        reaper = Reaper(ReaperConfig(grace=0.0, retry=RetryPolicy(base_delay=10, max_delay=20)),
+                        dsn=dsn, schema=schema, rng=random.Random(1))
+        assert len(reaper.run_once()) == 2
+        reaper.run_once()  # a quiet cycle counts too
+        after = _scrape(port)
+    finally:
+        _stop(server, collector)
+    reaps = {dict(labels)["outcome"]: (dict(labels)["owner_status"], value)
+             for labels, value in after["tenure_queue_reaps_total"].items()}
+    assert reaps == {"requeued": ("unknown", 1.0), "dead_lettered": ("unknown", 1.0)}
+    assert after["tenure_reaper_cycles_total"][()] == 2.0
+    assert after["tenure_reaper_last_cycle_reaped_jobs"][()] == 0.0
+    assert after["tenure_reaper_last_cycle_duration_seconds"][()] >= 0.0
+    assert abs(after["tenure_reaper_last_cycle_timestamp_seconds"][()] - time.time()) < 60

@@ -46,21 +46,29 @@ def test_reaper_honours_the_grace_period(dsn: str, schema: str, repo: Repository
     assert [r.id for r in reaper.run_once()] == [job_id]
 
 
-def test_reaper_requeues_with_backoff_and_audit_event(dsn: str, schema: str, repo: Repository) -> None:
+def test_reaper_requeues_a_first_expiry_at_once_and_repeats_with_backoff(dsn: str, schema: str,
+                                                                         repo: Repository) -> None:
+    """Issue 12, defect 3: backoff only for repeated expiries of the same job."""
     job_id = repo.enqueue("t").id
-    [job] = repo.claim("dead-worker", ["default"], 1, 0.1)
-    time.sleep(0.2)
     reaper = Reaper(ReaperConfig(grace=0.0, retry=RetryPolicy(base_delay=10, max_delay=20, max_attempts=5)),
                     dsn=dsn, schema=schema, rng=random.Random(3))
-    [reaped] = reaper.run_once()
-    assert reaped.id == job_id and not reaped.dead
-    row = repo.get_job(job_id)
-    assert row is not None and row["status"] == "pending" and row["lock_token"] is None
-    delay = (row["available_at"] - row["db_now"]).total_seconds()
-    assert 0 < delay <= 20  # full jitter in [0, min(20, 10 * 2**1)]
-    assert row["lease_expiry_count"] == 1 and row["last_error_code"] == "lease_expired"
-    [event] = [e for e in repo.job_events(job_id) if e["event"] == "reaped_due_to_expired_lease"]
-    assert event["lock_token"] == job.lock_token and event["detail"]["owner_status"] == "unknown"
+    delays = []
+    for expiry in (1, 2):
+        [job] = repo.claim("dead-worker", ["default"], 1, 0.1)
+        time.sleep(0.2)
+        [reaped] = reaper.run_once()
+        assert reaped.id == job_id and not reaped.dead
+        row = repo.get_job(job_id)
+        assert row is not None and row["status"] == "pending" and row["lock_token"] is None
+        delays.append((row["available_at"] - row["db_now"]).total_seconds())
+        assert row["lease_expiry_count"] == expiry and row["last_error_code"] == "lease_expired"
+        event = [e for e in repo.job_events(job_id) if e["event"] == "reaped_due_to_expired_lease"][-1]
+        assert event["lock_token"] == job.lock_token and event["detail"]["owner_status"] == "unknown"
+        assert (event["detail"]["delay_seconds"] == 0) == (expiry == 1)
+        if expiry == 1:
+            repo.conn.execute(f'UPDATE "{schema}".jobs SET available_at = now() WHERE id = %s', (job_id,))
+    assert delays[0] <= 0, "the first expiry is requeued at once"
+    assert 0 < delays[1] <= 20  # full jitter in [0, min(20, 10 * 2**1)] on the expiry count
 
 
 def test_reaper_dead_letters_after_max_attempts(dsn: str, schema: str, repo: Repository) -> None:

@@ -133,22 +133,26 @@ def test_effect_store_runs_the_body_once_when_two_attempts_hold_the_key(dsn: str
     job_id = repo.enqueue("charge").id
     cfg = WorkerConfig(concurrency=1, poll_interval=0.05, heartbeat=HeartbeatConfig(
         lease=0.6, interval=0.2, max_lease_total=0.6, max_effect_hold=30))
-    a = Worker(app, cfg, dsn=dsn, schema=schema, registry=CollectorRegistry(), worker_id="A")
-    threading.Thread(target=a.run, daemon=True).start()
+    a_metrics = CollectorRegistry()
+    a = Worker(app, cfg, dsn=dsn, schema=schema, registry=a_metrics, worker_id="A")
+    a_thread = threading.Thread(target=a.run, daemon=True)
+    a_thread.start()
     assert a_inside.wait(10)
     time.sleep(1.0)  # A's lease hits its max total and expires while A is inside the effect
     reaped = repo.reap("r", grace=0.0, batch=10, decide=lambda c: __import__("tenure.core.repository",
                        fromlist=["ReapDecision"]).ReapDecision(False, 0.0))
     assert [r.id for r in reaped] == [job_id]
+    b_metrics = CollectorRegistry()
     b = Worker(app, WorkerConfig(concurrency=1, poll_interval=0.05, burst=True,
                                  heartbeat=HeartbeatConfig(lease=5, interval=1)),
-               dsn=dsn, schema=schema, registry=CollectorRegistry(), worker_id="B")
+               dsn=dsn, schema=schema, registry=b_metrics, worker_id="B")
     b_thread = threading.Thread(target=b.run, daemon=True)
     b_thread.start()
     time.sleep(1.5)  # B sees leased_by_other_worker (A's effect lease is still valid) and defers
     release_a.set()
     b_thread.join(30)
     a.request_stop()
+    a_thread.join(30)  # A's acknowledgements (and their counters) are done
     assert bodies == ["A"], "the effect body ran once"
     execution = repo.execution_get("order:7:charge:v1")
     assert execution is not None and execution["status"] == "succeeded" and execution["result_ref"] == "charge-by-A"
@@ -156,6 +160,12 @@ def test_effect_store_runs_the_body_once_when_two_attempts_hold_the_key(dsn: str
     assert row is not None and row["status"] == "completed"
     events = [e["event"] for e in repo.job_events(job_id)]
     assert events.count("completed") == 1 and "deferred" in events
+    # A deferral is counted as one, never as a shutdown release (docs/metrics.md).
+    labels = {"queue": "default", "task": "charge"}
+    registries = (a_metrics, b_metrics)
+    assert sum(r.get_sample_value("tenure_jobs_deferred_total", labels) or 0 for r in registries) \
+        == events.count("deferred")
+    assert [r.get_sample_value("tenure_jobs_released_total", labels) for r in registries] == [None, None]
 
 
 def test_redaction_masks_keys_and_truncates() -> None:

@@ -74,7 +74,7 @@ def test_cancelling_a_running_async_job_cancels_the_handler(dsn: str, schema: st
     assert report.revoked == [job_id]
     _wait(lambda: state.get("cancelled"), 10)
     assert state["reason"] == "job cancelled: token revoked"
-    _wait(lambda: worker.state.in_flight == 0, 5)
+    _wait(lambda: worker.slots.in_flight == 0, 5)
     assert _status(repo, job_id) == "cancelled"
     metrics = generate_latest(registry).decode()
     assert 'tenure_jobs_cancelled_while_running_total{queue="default",task="slow"} 1.0' in metrics
@@ -133,14 +133,14 @@ def test_sync_timeout_abandons_the_thread_and_retries_as_task_timeout(dsn: str, 
     # Both slots were freed although both threads still hang: other work proceeds.
     fine_id = repo.enqueue("fine").id
     _wait(lambda: _status(repo, fine_id) == "completed", 10)
-    assert worker.state.abandoned == 1  # counted per job (both attempts of one job here)
+    assert worker.slots.abandoned == 1  # counted per job (both attempts of one job here)
     metrics = generate_latest(registry).decode()
     assert 'tenure_job_timeouts_total{queue="default",task="hangs"} 2.0' in metrics
     assert 'tenure_jobs_retried_total{error_code="task_timeout",queue="default",task="hangs"} 1.0' in metrics
     events = [e["event"] for e in repo.job_events(job_id)]
     assert events.count("retry_scheduled") == 1 and "dead_lettered" in events
     release.set()
-    _wait(lambda: worker.state.abandoned == 0, 10)
+    _wait(lambda: worker.slots.abandoned == 0, 10)
     worker.request_stop()
     thread.join(15)
 
@@ -166,7 +166,7 @@ def test_async_timeout_cancels_the_handler(dsn: str, schema: str, repo: Reposito
     assert cancelled == [1]
     retry = next(e for e in repo.job_events(job_id) if e["event"] == "retry_scheduled")
     assert retry["reason"] == "task_timeout"
-    assert worker.state.abandoned == 0
+    assert worker.slots.abandoned == 0
     worker.request_stop()
     thread.join(15)
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from pathlib import Path
 
 import pytest

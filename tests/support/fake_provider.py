@@ -2,13 +2,15 @@
 
 POST /send with JSON {"to": ..., "invoice": ...} and header Idempotency-Key: returns
 {"message_id": ...}; with idempotency on, a repeated key returns the first message id and
-sends nothing. GET /stats returns {"sent": N, "requests": M}.
+sends nothing. GET /stats returns {"sent": N, "requests": M}; GET /lookup?key=K returns
+{"message_id": ...} of the last send with that key, or null (what a reconcile asks).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -18,6 +20,7 @@ class FakeProvider:
         self.honour_idempotency = honour_idempotency
         self.sent: list[dict[str, object]] = []
         self.requests = 0
+        self.lookups = 0
         self.by_key: dict[str, str] = {}
         self._lock = threading.Lock()
         provider = self
@@ -38,8 +41,14 @@ class FakeProvider:
                 self._reply({"message_id": message_id})
 
             def do_GET(self) -> None:  # noqa: N802
+                url = urllib.parse.urlsplit(self.path)
                 with provider._lock:
-                    self._reply({"sent": len(provider.sent), "requests": provider.requests})
+                    if url.path == "/lookup":
+                        key = urllib.parse.parse_qs(url.query).get("key", [""])[0]
+                        provider.lookups += 1
+                        self._reply({"message_id": provider.by_key.get(key)})
+                    else:
+                        self._reply({"sent": len(provider.sent), "requests": provider.requests})
 
             def _reply(self, data: dict[str, object]) -> None:
                 raw = json.dumps(data).encode()

@@ -21,6 +21,7 @@ import yaml
 
 from tenure.operator import crd
 from tenure.operator import reconcile as rc
+from tenure.operator.spec import parse_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tenure"
@@ -198,9 +199,11 @@ def test_rbac_is_least_privilege(helm: str) -> None:
     assert verbs == {
         ("tenure.dev", "jobqueues"): {"list", "watch", "patch"},
         ("tenure.dev", "jobqueues/status"): {"patch"},
-        ("apps", "deployments"): {"get", "create", "patch"},
-        ("batch", "cronjobs"): {"create", "patch"},
-        ("", "services"): {"create", "patch"},
+        ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},
+        ("batch", "cronjobs"): {"get", "create", "patch"},
+        ("batch", "jobs"): {"get", "list", "create", "patch", "delete"},
+        ("", "pods"): {"list"},
+        ("", "services"): {"create", "patch", "delete"},
         ("policy", "poddisruptionbudgets"): {"create", "patch"},
         ("monitoring.coreos.com", "servicemonitors"): {"create", "patch", "delete"},
         ("", "secrets"): {"get"},
@@ -282,6 +285,12 @@ def test_operator_children_and_example_are_valid(
     jq = [d for d in docs(example) if d["kind"] == "JobQueue"][0]
     children = rc.build_children("emails", "default", jq["spec"], 2, True)
     assert {c["kind"] for c in children} >= {"ServiceMonitor", "Deployment", "CronJob"}
+    spec = parse_spec(jq["spec"])
+    children.append(rc.build_migration_job("emails", "default", spec))
+    owners = [{"apiVersion": "tenure.dev/v1alpha1", "kind": "JobQueue", "name": "emails",
+               "uid": "u-1", "controller": False, "blockOwnerDeletion": True}]
+    group = rc.ExporterGroup(rc.exporter_name("default", spec), spec, tuple(owners), True)
+    children.extend(rc.build_exporter("default", group, True))
     text = example + "\n---\n" + yaml.safe_dump_all(children)
     validate(kubeconform, schema_dir, text)
 

@@ -30,6 +30,12 @@ class FakeKube:
         self.deleted: list[tuple[str, str]] = []
         self.fail_apply: str | None = None
         self.fail_get: str | None = None
+        #: Condition a migration Job gets when applied (None: it stays running, as with no
+        #: kubelet); "Complete" stands in for a pod that ran `tenure migrate` successfully.
+        self.job_outcome: str | None = "Complete"
+        self.pods: list[dict[str, Any]] = []
+        #: JobQueues the namespace lists (the exporter's owners), kept apart from the children.
+        self.jobqueues: dict[str, dict[str, Any]] = {}
 
     def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         if self.fail_apply == manifest["kind"]:
@@ -39,6 +45,9 @@ class FakeKube:
         obj = copy.deepcopy(dict(manifest))
         if manifest["kind"] == "Deployment":
             obj["status"] = {"readyReplicas": obj["spec"]["replicas"]}
+        if manifest["kind"] == "Job" and self.job_outcome is not None:
+            obj["status"] = {"conditions": [{"type": self.job_outcome, "status": "True",
+                                             "lastTransitionTime": "2026-03-01T08:00:00Z"}]}
         self.store[key] = obj
         return copy.deepcopy(obj)
 
@@ -51,6 +60,17 @@ class FakeKube:
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         self.deleted.append((kind, name))
         return self.store.pop((kind, namespace, name), None) is not None
+
+    def list(self, api_version: str, kind: str, namespace: str,
+             label_selector: str = "") -> list[dict[str, Any]]:
+        if kind == "Pod":
+            return copy.deepcopy(self.pods)
+        if kind == "JobQueue":
+            return [copy.deepcopy(jq) for _, jq in sorted(self.jobqueues.items())]
+        wanted = dict(term.split("=", 1) for term in label_selector.split(",") if term)
+        return [copy.deepcopy(obj) for (k, ns, _), obj in sorted(self.store.items())
+                if k == kind and ns == namespace
+                and wanted.items() <= ((obj.get("metadata") or {}).get("labels") or {}).items()]
 
     def api_available(self, api_version: str, kind: str) -> bool:
         return self.monitoring and kind == "ServiceMonitor"
@@ -105,6 +125,8 @@ def run(
     now: dt.datetime = T0,
     scale: bool = True,
 ) -> h.Outcome:
+    # The exporter's owners come from a list of the namespace's JobQueues: store this one.
+    kube.jobqueues[b["metadata"]["name"]] = copy.deepcopy(b)
     return h.reconcile_jobqueue(b, kube, fetcher(figures), adopt, now, scale=scale)
 
 
@@ -125,7 +147,8 @@ def test_first_pass_creates_owned_children_and_scales_from_stats() -> None:
     add_secret(kube)
     out = run(kube, body(), h.QueueFigures(ready=35, running=0, scheduled=2, running_expired=1))
     assert out.error_reason is None
-    assert kube.kinds() == ["CronJob", "Deployment", "PodDisruptionBudget", "Secret", "Service"]
+    assert kube.kinds() == ["CronJob", "Deployment", "Deployment", "Job",
+                            "PodDisruptionBudget", "Secret", "Service", "Service"]
     for (kind, _, _), obj in kube.store.items():
         if kind != "Secret":
             assert obj["metadata"]["ownerReferences"][0]["uid"] == "u-1"
@@ -134,9 +157,10 @@ def test_first_pass_creates_owned_children_and_scales_from_stats() -> None:
     assert (st["ready"], st["running"], st["runningExpired"], st["scheduled"]) == (35, 0, 1, 2)
     assert (st["desiredReplicas"], st["replicas"], st["observedGeneration"]) == (4, 4, 4)
     assert st["lastScaleReason"].startswith("initial size 4")
-    assert [e.reason for e in out.events] == ["ScaledUp"]
+    assert [e.reason for e in out.events] == ["MigrationStarted", "ScaledUp"]
     assert cond(out, "Ready")["status"] == "True"
     assert cond(out, "Degraded")["status"] == "False"
+    assert cond(out, "SchemaReady")["reason"] == "Migrated"
 
 
 def test_restart_converges_without_duplicates_or_new_events() -> None:
@@ -266,7 +290,9 @@ def test_service_monitor_follows_the_spec_when_the_api_exists() -> None:
     spec["metrics"] = {"serviceMonitor": False}
     run(kube, body(spec), h.QueueFigures())
     assert ("ServiceMonitor", NS, "mail") not in kube.store
-    assert kube.deleted == [("ServiceMonitor", "mail")]
+    exporter = rc.exporter_name(NS, h.s.parse_spec(spec))
+    # The queue's own and its database's exporter ServiceMonitor (no other JobQueue wants it).
+    assert kube.deleted == [("ServiceMonitor", "mail"), ("ServiceMonitor", exporter)]
 
 
 def test_no_service_monitor_without_its_api() -> None:
@@ -388,3 +414,231 @@ def test_spec_max_running_must_be_a_non_negative_integer() -> None:
             parse_spec({**base, "maxRunning": bad})
     with pytest.raises(SpecError, match="paused"):
         parse_spec({**base, "paused": "yes"})
+
+
+# --------------------------------------------------------------------------- managed migrations
+
+
+def _job(kube: FakeKube) -> dict[str, Any]:
+    (job,) = [obj for (kind, _, _), obj in kube.store.items() if kind == "Job"]
+    return job
+
+
+def test_unmigrated_database_gets_a_job_and_workers_wait_at_zero() -> None:
+    kube = FakeKube()
+    kube.job_outcome = None  # the Job runs (no pod has finished yet)
+    add_secret(kube)
+    # No stats before the schema exists: a fetch here would fail the test.
+    out = run(kube, body(), AssertionError("stats read before the schema is current"))
+    assert out.error_reason is None
+    job = _job(kube)
+    spec = h.s.parse_spec(body()["spec"])
+    assert job["metadata"]["name"] == rc.migration_job_name("mail", spec)
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert (container["image"], container["args"]) == ("tenure:1", ["migrate"])
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TENURE_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "db", "key": "url"}
+    assert env["TENURE_SCHEMA"]["value"] == "tenure"
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 0
+    assert kube.store[("CronJob", NS, "mail-reaper")]["spec"]["suspend"] is True
+    assert cond(out, "SchemaReady")["status"] == "False"
+    assert cond(out, "SchemaReady")["reason"] == "Migrating"
+    assert cond(out, "Ready")["reason"] == "Migrating"
+    assert cond(out, "Degraded")["status"] == "False"
+    assert out.status["migrationJob"] == job["metadata"]["name"]
+    assert [e.reason for e in out.events] == ["MigrationStarted"]
+
+    # The Job succeeds: the next pass scales from stats and unsuspends the reaper.
+    kube.store[("Job", NS, job["metadata"]["name"])]["status"] = {
+        "conditions": [{"type": "Complete", "status": "True"}]}
+    out = run(kube, feed_back(body(), out), h.QueueFigures(ready=35), now=T0 + dt.timedelta(seconds=10))
+    assert cond(out, "SchemaReady")["reason"] == "Migrated"
+    assert cond(out, "Ready")["status"] == "True"
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 4
+    assert kube.store[("CronJob", NS, "mail-reaper")]["spec"]["suspend"] is False
+
+
+def test_image_change_holds_the_running_workers_until_the_new_migration_succeeded() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    first = run(kube, body(), h.QueueFigures(ready=20))
+    old_job = _job(kube)["metadata"]["name"]
+    kube.job_outcome = None
+    new_spec = body()["spec"]
+    new_spec["image"] = "tenure:2"
+    out = run(kube, feed_back(body(new_spec), first), h.QueueFigures(ready=20),
+              now=T0 + dt.timedelta(seconds=10))
+    dep = kube.store[("Deployment", NS, "mail-worker")]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "tenure:1"
+    assert dep["spec"]["replicas"] == 2
+    cron = kube.store[("CronJob", NS, "mail-reaper")]
+    assert cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        "tenure:1")
+    assert cond(out, "SchemaReady")["reason"] == "Migrating"
+    new_job = rc.migration_job_name("mail", h.s.parse_spec(new_spec))
+    assert new_job != old_job and ("Job", NS, old_job) in kube.store
+    # Succeeded: workers roll to the new image and the older Job is retired.
+    kube.store[("Job", NS, new_job)]["status"] = {
+        "conditions": [{"type": "Complete", "status": "True"}]}
+    run(kube, feed_back(body(new_spec), out), h.QueueFigures(ready=20),
+        now=T0 + dt.timedelta(seconds=20))
+    dep = kube.store[("Deployment", NS, "mail-worker")]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "tenure:2"
+    assert ("Job", NS, old_job) not in kube.store and ("Job", old_job) in kube.deleted
+
+
+def _failed_pod(message: str) -> dict[str, Any]:
+    return {"status": {"containerStatuses": [{"state": {"terminated": {
+        "exitCode": 2, "message": message}}}]}}
+
+
+def test_schema_newer_than_the_code_is_degraded_and_never_retried() -> None:
+    kube = FakeKube()
+    kube.job_outcome = "Failed"
+    kube.pods = [_failed_pod("tenure: error: schema 'tenure' is at version 9 but this tenure "
+                             "knows 2: upgrade tenure\n")]
+    add_secret(kube)
+    out = run(kube, body(), AssertionError("no stats"), now=T0 + dt.timedelta(hours=2))
+    assert out.error_reason == "SchemaNewerThanCode"
+    assert "tenure:1" in out.error_message and "version 9" in out.error_message
+    assert cond(out, "Degraded")["reason"] == "SchemaNewerThanCode"
+    assert cond(out, "SchemaReady")["status"] == "False"
+    assert ("Job", NS, _job(kube)["metadata"]["name"]) in kube.store  # not deleted: no retry
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 0
+
+
+def test_failed_migration_is_reported_then_run_again_after_the_retry_delay() -> None:
+    kube = FakeKube()
+    kube.job_outcome = "Failed"
+    kube.pods = [_failed_pod("tenure: error: cannot connect to the database: refused")]
+    add_secret(kube)
+    out = run(kube, body(), AssertionError("no stats"), now=T0 + dt.timedelta(seconds=30))
+    assert out.error_reason == "MigrationFailed"
+    assert "cannot connect to the database" in out.error_message
+    assert [k for k, _ in kube.deleted] == []
+    out = h.reconcile_jobqueue(body(), kube, fetcher(AssertionError("no stats")), adopt,
+                               T0 + dt.timedelta(seconds=301), scale=True,
+                               migration_retry_seconds=300)
+    assert out.error_reason == "MigrationFailed"
+    assert [k for k, _ in kube.deleted] == ["Job"]
+
+
+def test_unmanaged_migrations_create_no_job() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    spec = body()["spec"]
+    spec["migrations"] = {"managed": False}
+    out = run(kube, body(spec), h.QueueFigures(ready=5))
+    assert "Job" not in kube.kinds()
+    assert cond(out, "SchemaReady")["reason"] == "Unmanaged"
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 1
+    # The operator-wide switch does the same for a JobQueue that asks for management.
+    kube2 = FakeKube()
+    add_secret(kube2)
+    h.reconcile_jobqueue(body(), kube2, fetcher(h.QueueFigures()), adopt, T0, scale=True,
+                         manage_migrations=False)
+    assert "Job" not in kube2.kinds()
+
+
+def test_schema_lost_after_migration_runs_the_job_again() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    out = run(kube, body(), h.StatsUnavailable("SchemaMissing", "relation jobs does not exist"))
+    assert out.error_reason == "SchemaMissing"
+    assert [k for k, _ in kube.deleted] == ["Job"]
+
+
+# --------------------------------------------------------------------------- cron schedule
+
+
+@pytest.mark.parametrize("schedule", [
+    "* * * * *", "*/5 * * * *", "0 3 * * 1-5", "0,30 8-18/2 1,15 JAN-MAR sun", "59 23 31 12 7",
+    "@hourly", "@daily", "0 0 ? * *",
+])
+def test_valid_cron_schedules_pass(schedule: str) -> None:
+    h.s.validate_cron(schedule)
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ("99 99 99 99 99", "minute: 99 is outside 0-59"),
+    ("0 24 * * *", "hour: 24 is outside 0-23"),
+    ("0 0 0 * *", "day of month: 0 is outside 1-31"),
+    ("0 0 1 13 *", "month: 13 is outside 1-12"),
+    ("0 0 * * 8", "day of week: 8 is outside 0-7"),
+    ("*/0 * * * *", "step '0' must be a positive integer"),
+    ("30-10 * * * *", "runs backwards"),
+    ("0 0 * FOO *", "'FOO' is not a number"),
+    ("1,,2 * * * *", "empty list element"),
+    ("? * * * *", "only allowed in the day fields"),
+    ("@every", "unknown macro"),
+    ("* * * *", "expected 5 fields"),
+])
+def test_invalid_cron_schedules_are_refused_with_the_field(schedule: str, message: str) -> None:
+    with pytest.raises(h.s.ScheduleError) as err:
+        h.s.validate_cron(schedule)
+    assert message in str(err.value)
+
+
+def test_invalid_schedule_degrades_and_leaves_the_cronjob_alone() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    first = run(kube, body(), h.QueueFigures())
+    before = copy.deepcopy(kube.store[("CronJob", NS, "mail-reaper")])
+    spec = body()["spec"]
+    spec["reaper"] = {"schedule": "99 99 99 99 99"}
+    out = run(kube, feed_back(body(spec), first), h.QueueFigures())
+    assert out.error_reason == "InvalidSchedule" and out.permanent
+    assert "minute: 99 is outside 0-59" in out.error_message
+    assert cond(out, "Degraded")["reason"] == "InvalidSchedule"
+    assert kube.store[("CronJob", NS, "mail-reaper")] == before
+
+
+# --------------------------------------------------------------------------- the exporter
+
+
+def _queue(name: str, uid: str, created: str, **db: str) -> dict[str, Any]:
+    b = body()
+    b["metadata"].update(name=name, uid=uid, creationTimestamp=created)
+    b["spec"]["database"] = {"secretRef": {"name": db.get("secret", "db")},
+                             "schema": db.get("schema", "tenure")}
+    b["spec"]["image"] = f"tenure:{name}"
+    return b
+
+
+def test_one_exporter_per_database_shared_by_its_jobqueues() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    a = _queue("a", "u-a", "2026-01-01T00:00:00Z")
+    b = _queue("b", "u-b", "2026-01-02T00:00:00Z")
+    c = _queue("c", "u-c", "2026-01-03T00:00:00Z", schema="other")
+    kube.jobqueues = {"a": a, "b": b, "c": c}
+    users = h.reconcile_exporter(kube, NS, service_monitor_available=False)
+    shared = rc.exporter_name(NS, h.s.parse_spec(a["spec"]))
+    other = rc.exporter_name(NS, h.s.parse_spec(c["spec"]))
+    assert users == {"a": shared, "b": shared, "c": other} and shared != other
+    deployments = sorted(n for (k, _, n) in kube.store if k == "Deployment")
+    assert deployments == sorted([shared, other])
+    dep = kube.store[("Deployment", NS, shared)]
+    assert [(o["name"], o["controller"]) for o in dep["metadata"]["ownerReferences"]] == [
+        ("a", False), ("b", False)]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "tenure:a"  # the oldest member's
+    assert container["args"][0] == "exporter"
+    svc = kube.store[("Service", NS, shared)]
+    assert svc["spec"]["ports"][0]["port"] == rc.EXPORTER_PORT
+    assert svc["spec"]["selector"].items() <= (
+        dep["spec"]["template"]["metadata"]["labels"].items())
+
+    # c turns its exporter off: the exporter nobody uses any more goes; a being deleted
+    # leaves b as the only owner.
+    c["spec"]["metrics"] = {"exporter": False}
+    a["metadata"]["deletionTimestamp"] = "2026-02-01T00:00:00Z"
+    users = h.reconcile_exporter(kube, NS, service_monitor_available=False)
+    assert users == {"b": shared}
+    assert ("Deployment", NS, other) not in kube.store and ("Service", NS, other) not in kube.store
+    owners = kube.store[("Deployment", NS, shared)]["metadata"]["ownerReferences"]
+    assert [o["name"] for o in owners] == ["b"]
+    assert kube.store[("Deployment", NS, shared)]["spec"]["template"]["spec"]["containers"][0][
+        "image"] == "tenure:b"

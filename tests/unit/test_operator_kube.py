@@ -186,7 +186,8 @@ def test_fetch_figures_picks_the_queue_and_bounds_the_connect(monkeypatch: pytes
     ("exc", "reason"),
     [
         (psycopg.OperationalError("connection refused"), "DatabaseUnreachable"),
-        (psycopg.errors.UndefinedTable("relation tenure.jobs does not exist"), "DatabaseError"),
+        (psycopg.errors.UndefinedTable("relation tenure.jobs does not exist"), "SchemaMissing"),
+            (psycopg.errors.DivisionByZero("division by zero"), "DatabaseError"),
     ],
 )
 def test_fetch_figures_maps_database_errors(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tenure.worker.runtime import Wakeup
+from tenure.worker.notify import Wakeup
 
 
 def test_set_racing_with_clear_never_strands_the_waiter() -> None:

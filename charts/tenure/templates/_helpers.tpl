@@ -61,8 +61,12 @@ The operator's permissions, written once and used by the ClusterRole or by each 
 Every rule is a call in src/tenure/operator (kube.py / handlers.py) or in kopf itself:
 - jobqueues list/watch: kopf's watch stream; patch: kopf's annotations (progress, diff base).
 - jobqueues/status patch: status figures and conditions.
-- deployments get: current replicas; deployments/cronjobs/services/poddisruptionbudgets/
+- deployments get: current replicas; deployments/cronjobs/jobs/services/poddisruptionbudgets/
   servicemonitors create+patch: server-side apply of the children.
+- cronjobs get: left as they are while a migration runs (held).
+- jobs get/list/delete: the migration Job's state; older ones retired, failed ones re-run.
+- pods list: a failed migration pod's termination message (schema newer than the code?).
+- deployments list + deployments/services delete: exporters no JobQueue uses any more.
 - servicemonitors delete: metrics.serviceMonitor switched off.
 - secrets get: the DSN for reading queue stats.
 - events create: kopf.info/warn on scale decisions and failures.
@@ -76,13 +80,19 @@ Every rule is a call in src/tenure/operator (kube.py / handlers.py) or in kopf i
   verbs: ["patch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["batch"]
   resources: ["cronjobs"]
-  verbs: ["create", "patch"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["create", "patch"]

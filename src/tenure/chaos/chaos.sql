@@ -71,6 +71,10 @@ WITH applied AS (
 )
 SELECT (SELECT count(*) FROM applied)::int AS applied, (SELECT count(*) FROM dedup)::int AS deduplicated;
 
+-- name: chaos_effect_lookup
+-- What the "provider" answers a reconcile: the reference of the guarded effect applied under this key, if any.
+SELECT 'effect-' || job_n AS ref FROM {schema}.chaos_effects WHERE idem_key = %(key)s AND kind = 'guarded';
+
 -- name: chaos_effect_unguarded
 -- The unguarded counter: a plain insert on every attempt that reaches it (what happens without the guard).
 INSERT INTO {schema}.chaos_effects (job_n, job_id, kind, idem_key, lock_token, fence, attempt, pid, worker_wall)

@@ -11,7 +11,10 @@ chosen by ``seed``:
   once per job, on the first attempt that reaches them;
 - process-level faults fired as the producer passes seeded points: SIGSTOP of a worker for
   longer than the lease, then SIGCONT; a partition of worker 0 (``drop`` or ``blackhole``) for
-  longer than the lease; a PostgreSQL restart (only when the harness owns the embedded server).
+  longer than the lease; a PostgreSQL restart (only when the harness owns the embedded server);
+- ``restart_in_gap`` markers (harness-owned server only): after a job's guarded body and before
+  its ``eff.succeeded()``, the task asks the harness for ``pg_ctl restart -m fast`` (through a
+  file in a control folder) and waits 3 s, the gap where a restart once ran an effect twice.
 
 A worker that dies is replaced at once (a Deployment would); a worker holding two hung handlers
 is restarted gracefully (a liveness probe would). When every job is terminal, everything is
@@ -46,10 +49,10 @@ from typing import Any
 import psycopg
 
 from tenure import control
+from tenure.chaos import QUEUE, TIMED_TASK
 from tenure.chaos.invariants import Timing, Verdict, check_all, check_job_control
 from tenure.chaos.proxy import TcpProxy
 from tenure.chaos.store import ChaosStore
-from tenure.chaos import QUEUE, TIMED_TASK
 from tenure.core.db import connect
 from tenure.core.embedded import EmbeddedServer, ensure_server
 from tenure.core.errors import ConfigError
@@ -123,6 +126,8 @@ class ChaosConfig:
     """Partitions of worker 0 from the database, alternating drop and blackhole."""
     pg_restarts: int | None = None
     """PostgreSQL restarts (only with the harness's own embedded server)."""
+    gap_restarts: int | None = None
+    """Jobs that restart PostgreSQL between their guarded body and ``eff.succeeded()`` (own server only)."""
     cancels: int | None = None
     """`tenure jobs cancel` of a random running (else pending) job of the run (issue 14)."""
     queue_pauses: int | None = None
@@ -163,8 +168,8 @@ class ChaosConfig:
             raise ConfigError("work times must satisfy 0 <= min <= max")
         if self.skew < 0 or self.recovery_margin < 0 or self.settle_timeout <= 0:
             raise ConfigError("skew and margin must be >= 0, settle timeout positive")
-        for name in ("kills_per_kind", "hangs", "sigstops", "partitions", "pg_restarts", "cancels",
-                     "queue_pauses", "timeouts"):
+        for name in ("kills_per_kind", "hangs", "sigstops", "partitions", "pg_restarts", "gap_restarts",
+                     "cancels", "queue_pauses", "timeouts"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"{name} must be >= 0")
@@ -188,6 +193,7 @@ class ChaosConfig:
             "sigstops": pick(self.sigstops, max(2, round(0.4 * budget))),
             "partitions": pick(self.partitions, max(2, round(0.4 * budget))),
             "pg_restarts": pick(self.pg_restarts, max(1, round(0.2 * budget))),
+            "gap_restarts": pick(self.gap_restarts, max(2, round(2 * minutes))),
             "cancels": pick(self.cancels, max(3, round(4 * minutes))),
             "queue_pauses": pick(self.queue_pauses, max(1, round(0.2 * budget))),
             "timeouts": pick(self.timeouts, max(2, round(minutes))),
@@ -216,7 +222,8 @@ def make_plan(config: ChaosConfig, *, can_partition: bool, can_restart: bool) ->
     rng = random.Random(config.seed)
     counts = config.counts()
     kinds = (["kill_before_effect", "kill_after_effect", "kill_during_ack"] * counts["kills_per_kind"]
-             + ["hang"] * counts["hangs"] + ["overrun"] * counts["timeouts"])
+             + ["hang"] * counts["hangs"] + ["overrun"] * counts["timeouts"]
+             + (["restart_in_gap"] * counts["gap_restarts"] if can_restart else []))
     lo, hi = int(config.jobs * 0.05), max(int(config.jobs * 0.9), int(config.jobs * 0.05) + 1)
     pool = list(range(lo, hi))
     rng.shuffle(pool)
@@ -321,6 +328,8 @@ class ChaosHarness:
         self._hung: dict[int, list[float]] = {}
         self._faults_seen = 0
         self._own_tmp: Path | None = None
+        self._control = Path(tempfile.mkdtemp(prefix="tenure-chaos-control-"))
+        """Where ``restart_in_gap`` tasks drop their restart requests."""
 
     # -- database helpers ---------------------------------------------------------------------
     def _store(self) -> ChaosStore | None:
@@ -358,10 +367,13 @@ class ChaosHarness:
     def _env(self, slot: int | None) -> dict[str, str]:
         env = {**os.environ, "TENURE_DATABASE_URL": self.dsn, "TENURE_SCHEMA": self.schema,
                "PYTHONUNBUFFERED": "1"}
-        for key in ("TENURE_LOG_JSON", "LD_PRELOAD", "FAKETIME", "TENURE_CHAOS_CLOCK_OFFSET"):
+        for key in ("TENURE_LOG_JSON", "LD_PRELOAD", "FAKETIME", "TENURE_CHAOS_CLOCK_OFFSET",
+                    "TENURE_CHAOS_CONTROL_DIR"):
             env.pop(key, None)
         if slot is None:
             return env
+        if self.server is not None:
+            env["TENURE_CHAOS_CONTROL_DIR"] = str(self._control)
         if slot == 0 and self.proxy is not None:
             env["TENURE_DATABASE_URL"] = self._proxy_dsn()
         skew = self._skew_for(slot)
@@ -545,6 +557,20 @@ class ChaosHarness:
                    else f"skipped:{report.skipped.get(job_id)}")
         return {"job_id": job_id, "outcome": outcome}
 
+    def _serve_restart_requests(self) -> None:
+        """Restart PostgreSQL (``pg_ctl restart -m fast``) for each ``restart_in_gap`` request;
+        requests that arrive together share one restart."""
+        requests = [p for p in self._control.iterdir() if p.name.startswith("restart-") and not p.name.endswith(".tmp")]
+        if not requests or self.server is None:
+            return
+        jobs = sorted(int(p.read_text() or 0) for p in requests)
+        for p in requests:
+            p.unlink()
+        self._say(f"chaos: pg_restart in the gap of job(s) {jobs}")
+        started = self._db_time()
+        self.server.restart("fast")
+        self._record("pg_restart", None, started, self._db_time(), aimed="gap", job_ids=jobs)
+
     def _end(self, active: tuple[str, Any, float, float]) -> None:
         kind, target, started, _ = active
         if kind == "cancel":
@@ -639,6 +665,7 @@ class ChaosHarness:
         while True:
             now = time.monotonic()
             self._watch_processes()
+            self._serve_restart_requests()
             if self._producer_error is not None:
                 raise RuntimeError(f"producer failed: {self._producer_error}") from self._producer_error
             if active is not None and now >= active[3]:
@@ -750,6 +777,7 @@ class ChaosHarness:
                 except psycopg.Error as exc:
                     log.warning("could not drop schema %s: %s", self.schema, exc)
             self._conn.close()
+        shutil.rmtree(self._control, ignore_errors=True)
         if self.server is not None and not self.keep:
             self.server.stop("immediate")
             if self._own_tmp is not None:
@@ -779,7 +807,9 @@ def format_report(report: ChaosReport) -> str:
         ("kill during ack: ack first / kill first", "{ack_committed_first} / {killed_first}".format(
             **f.get("kill_during_ack_outcomes", {"ack_committed_first": 0, "killed_first": 0}))),
         ("guarded effects applied", str(f.get("guarded_effects_applied"))),
-        ("guarded: provider dedups (crash window)", str(f.get("guarded_provider_dedups"))),
+        ("guarded: provider dedups (body re-run)", str(f.get("guarded_provider_dedups"))),
+        ("guarded: body re-runs by planned fault", str(f.get("guarded_body_reruns_by_planned_fault"))),
+        ("PostgreSQL restarts in the body/success gap", str(f.get("restart_in_gap_fired"))),
         ("unguarded effects / duplicates", f"{f.get('unguarded_effects')} / {f.get('unguarded_duplicates')} "
                                            f"(in {f.get('jobs_with_unguarded_duplicates')} jobs)"),
         ("reaps by cause", ", ".join(f"{k}={v}" for k, v in f.get("reaps_by_cause", {}).items())),

@@ -7,6 +7,8 @@ times are epoch seconds by the database clock. Each invariant yields a list of v
 - ``all_terminal``: every planned job exists once and is completed or failed with a cause.
 - ``guarded_effect_exactly_once``: one applied guarded effect per completed job (at most one for
   a dead-lettered job) and the execution store marks it succeeded.
+- ``guarded_body_once_across_restart``: a job whose worker saw PostgreSQL restart between its
+  guarded body and ``eff.succeeded()`` (``restart_in_gap``) ran that body exactly once.
 - ``single_completion``: at most one accepted completion per job, exactly one if completed.
 - ``stale_writes_fenced``: every accepted completion carries the final claim's token; no write
   carrying a reaped token is accepted after its reap; every reaped attempt whose process
@@ -35,8 +37,9 @@ from typing import Any
 
 Row = dict[str, Any]
 
-INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "single_completion", "stale_writes_fenced",
-              "no_early_reap", "recovery_bounded", "cancel_sticks", "pause_respected", "timeout_retried")
+INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "guarded_body_once_across_restart", "single_completion",
+              "stale_writes_fenced", "no_early_reap", "recovery_bounded", "cancel_sticks", "pause_respected",
+              "timeout_retried")
 KILL_KINDS = ("kill_before_effect", "kill_after_effect", "kill_during_ack")
 EPSILON = 0.002
 """Seconds of float rounding tolerated when comparing DB timestamps converted to epochs."""
@@ -139,6 +142,10 @@ def check_jobs(verdict: Verdict, jobs: Sequence[Row], planned: int) -> None:
                 v["guarded_effect_exactly_once"].append(f"completed job {jid}: execution store not succeeded")
         elif j["guarded"] > 1:
             v["guarded_effect_exactly_once"].append(f"job {jid} applied its guarded effect {j['guarded']} times")
+        body_runs = int(j["guarded"]) + int(j["provider_dedups"])
+        if j["planned_fault"] == "restart_in_gap" and body_runs > 1:
+            v["guarded_body_once_across_restart"].append(
+                f"job {jid}: PostgreSQL restarted between its guarded body and success, and the body ran {body_runs} times")
         if j["unguarded"] > 1:
             unguarded_dups += j["unguarded"] - 1
             jobs_with_unguarded_dups += 1
@@ -310,6 +317,9 @@ def check_all(*, jobs: Sequence[Row], reaps: Sequence[Row], faults: Sequence[Row
         "stale_writes_rejected_total": sum(events.get(k, 0) for k in
                                            ("stale_completion_rejected", "stale_write_rejected", "heartbeat_lost")),
         "events": dict(sorted(events.items())),
+        "restart_in_gap_fired": kinds.get("restart_in_gap", 0),
+        "guarded_body_reruns_by_planned_fault": dict(sorted(Counter(
+            str(j["planned_fault"]) for j in jobs for _ in range(int(j["provider_dedups"]))).items())),
     })
     return verdict
 

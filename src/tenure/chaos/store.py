@@ -62,6 +62,11 @@ class ChaosStore:
                                                   "fence": fence, "attempt": attempt, "pid": pid, "wall": wall})
         return bool(row and row[0]["applied"])
 
+    def effect_lookup(self, key: str) -> str | None:
+        """The provider's answer to a reconcile: the applied guarded effect's reference, or None."""
+        rows = self._rows("chaos_effect_lookup", {"key": key})
+        return str(rows[0]["ref"]) if rows else None
+
     def effect_unguarded(self, *, n: int, job_id: int, token: uuid.UUID, fence: int, attempt: int,
                          pid: int, wall: float) -> None:
         self._rows("chaos_effect_unguarded", {"n": n, "job_id": job_id, "token": token, "fence": fence,

@@ -9,7 +9,12 @@ the acknowledgement); ``kill_during_ack`` (the process dies within a few millise
 worker starting the acknowledgement statement: before it is sent, in flight, or just after the
 commit; done by wrapping ``Repository.complete_many`` in this process only); ``hang`` (the
 handler never returns and ignores lease loss while the heartbeat thread stays alive);
-``overrun`` (``chaos.timed`` only: the first attempt outlives the task timeout). An
+``overrun`` (``chaos.timed`` only: the first attempt outlives the task timeout);
+``restart_in_gap`` (after the guarded body, before ``eff.succeeded()``, the task asks the harness
+to restart PostgreSQL with ``pg_ctl restart -m fast`` and waits ``GAP_SECONDS``; only when the
+harness owns the server and passes ``TENURE_CHAOS_CONTROL_DIR``). The guarded effect is
+reconciled with the sink when it is in doubt (the sink answers by key, as a provider's lookup
+would). An
 attempt that stops on ``LeaseLost`` writes nothing the database could reject, so it is noted in
 ``chaos_fences`` for the stale-write invariant.
 
@@ -40,12 +45,14 @@ from tenure.chaos import QUEUE, TIMED_TASK, TIMED_TIMEOUT
 from tenure.chaos.store import ChaosStore
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import connect
+from tenure.core.errors import LeaseLost
 from tenure.core.repository import Repository
 from tenure.worker.app import App
-from tenure.core.errors import LeaseLost
 from tenure.worker.context import JobContext
 
 EXIT_CODE_KILLED = 137
+GAP_SECONDS = 3.0
+"""Seconds between a guarded body and ``eff.succeeded()`` under ``restart_in_gap`` (the tester's 3 s)."""
 ACK_KILL_MAX_DELAY = 0.003
 """Upper bound (seconds) of the delay after which ``kill_during_ack`` kills the process."""
 
@@ -136,6 +143,33 @@ def _note(kind: str, ctx: JobContext) -> None:
     _notes.put((kind, ctx.job_id, ctx.lock_token, os.getpid()))
 
 
+def _reconcile(key: str) -> str | None:
+    """Ask the sink whether the guarded effect under ``key`` was applied (an in-doubt key).
+    Retries on a fresh connection once, like the markers (the thread's may predate a restart)."""
+    for attempt in range(2):
+        try:
+            return _store().effect_lookup(key)
+        except psycopg.OperationalError:
+            conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+            if conn is not None:
+                conn.close()
+            if attempt:
+                raise
+    return None
+
+
+def _control_dir() -> str:
+    return os.environ.get("TENURE_CHAOS_CONTROL_DIR", "")
+
+
+def _request_restart(ctx: JobContext) -> None:
+    """Ask the harness (which owns the server) to restart PostgreSQL now."""
+    path = os.path.join(_control_dir(), f"restart-{ctx.job_id}-{uuid.uuid4().hex[:8]}")
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        fh.write(str(ctx.job_id))
+    os.replace(path + ".tmp", path)
+
+
 def _die() -> None:
     os._exit(EXIT_CODE_KILLED)
 
@@ -159,12 +193,15 @@ def chaos_job(ctx: JobContext) -> None:
     pid = os.getpid()
     stage = "self_fenced"
     try:
-        with ctx.effect(effect_key(n)) as eff:
+        with ctx.effect(effect_key(n), reconcile=_reconcile) as eff:
             if not eff.already_succeeded:
                 applied = _store().effect_guarded(n=n, job_id=ctx.job_id, key=effect_key(n),
                                                   token=ctx.lock_token, fence=ctx.fencing_token,
                                                   attempt=ctx.attempt, pid=pid, wall=time.time())
                 stage = "effect_succeed_rejected"
+                if fault == "restart_in_gap" and _control_dir() and _fire(ctx, fault):
+                    _request_restart(ctx)
+                    time.sleep(GAP_SECONDS)
                 eff.succeeded(f"effect-{n}" if applied else f"effect-{n}-dedup")
     except LeaseLost:
         # The worker drops this attempt without writing anything to the job, so no rejection

@@ -26,7 +26,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         reaper_interval=args.reaper_interval, max_lease_total=args.max_lease_total,
         max_lease_expiries=args.max_lease_expiries, seed=args.seed, kills_per_kind=args.kills_per_kind,
         hangs=args.hangs, sigstops=args.sigstops, partitions=args.partitions, pg_restarts=args.pg_restarts,
-        cancels=args.cancels, queue_pauses=args.queue_pauses, timeouts=args.timeouts,
+        gap_restarts=args.gap_restarts, cancels=args.cancels, queue_pauses=args.queue_pauses, timeouts=args.timeouts,
         skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout)
     config.validate()
     dsn = args.database_url or os.environ.get("TENURE_DATABASE_URL") or None
@@ -46,13 +46,18 @@ def register(sub: Any) -> None:
     p.add_argument("--jobs", type=positive_int, default=h.JOBS_DEFAULT, help="jobs to run (default %(default)s)")
     p.add_argument("--duration", type=duration, default=h.DURATION_DEFAULT,
                    help="seconds over which jobs are produced and faults injected, e.g. 30m (default %(default)s)")
-    p.add_argument("--workers", type=positive_int, default=h.WORKERS_DEFAULT)
-    p.add_argument("--concurrency", type=positive_int, default=h.CONCURRENCY_DEFAULT)
-    p.add_argument("--reapers", type=positive_int, default=h.REAPERS_DEFAULT)
-    p.add_argument("--lease", type=duration, default=h.LEASE_DEFAULT)
-    p.add_argument("--heartbeat", type=duration, default=h.HEARTBEAT_DEFAULT)
-    p.add_argument("--grace", type=duration, default=h.GRACE_DEFAULT)
-    p.add_argument("--reaper-interval", type=duration, default=h.REAPER_INTERVAL_DEFAULT)
+    p.add_argument("--workers", type=positive_int, default=h.WORKERS_DEFAULT,
+                   help="worker processes, replaced when they die (default %(default)s)")
+    p.add_argument("--concurrency", type=positive_int, default=h.CONCURRENCY_DEFAULT,
+                   help="handlers per worker (default %(default)s)")
+    p.add_argument("--reapers", type=positive_int, default=h.REAPERS_DEFAULT,
+                   help="reaper processes running at once (default %(default)s)")
+    p.add_argument("--lease", type=duration, default=h.LEASE_DEFAULT, help="workers' lease (default %(default)ss)")
+    p.add_argument("--heartbeat", type=duration, default=h.HEARTBEAT_DEFAULT,
+                   help="workers' heartbeat interval (default %(default)ss)")
+    p.add_argument("--grace", type=duration, default=h.GRACE_DEFAULT, help="reapers' grace (default %(default)ss)")
+    p.add_argument("--reaper-interval", type=duration, default=h.REAPER_INTERVAL_DEFAULT,
+                   help="reapers' interval (default %(default)ss)")
     p.add_argument("--max-lease-total", type=duration, default=h.MAX_LEASE_TOTAL_DEFAULT,
                    help="bounded extension that ends hung handlers (default %(default)s)")
     p.add_argument("--max-lease-expiries", type=positive_int, default=h.MAX_LEASE_EXPIRIES_DEFAULT)
@@ -62,17 +67,21 @@ def register(sub: Any) -> None:
     p.add_argument("--sigstops", type=count, default=None)
     p.add_argument("--partitions", type=count, default=None)
     p.add_argument("--pg-restarts", type=count, default=None)
+    p.add_argument("--gap-restarts", type=count, default=None,
+                   help="jobs that restart PostgreSQL between their guarded body and eff.succeeded() "
+                        "(own embedded server only; default: scaled by --duration)")
     p.add_argument("--cancels", type=count, default=None, help="cancels of running/pending jobs")
     p.add_argument("--queue-pauses", type=count, default=None, help="pauses of the queue (then resumed)")
     p.add_argument("--timeouts", type=count, default=None, help="jobs whose first attempt overruns its timeout")
     p.add_argument("--skew", type=duration, default=h.SKEW_DEFAULT,
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
-    p.add_argument("--recovery-margin", type=duration, default=h.RECOVERY_MARGIN_DEFAULT)
+    p.add_argument("--recovery-margin", type=duration, default=h.RECOVERY_MARGIN_DEFAULT,
+                   help="slack on the recovery bound for a noisy machine (default %(default)ss)")
     p.add_argument("--settle-timeout", type=duration, default=h.SETTLE_TIMEOUT_DEFAULT)
     p.add_argument("--run-schema", default=None, help="schema of the run (default: a fresh chaos_<hex>)")
     p.add_argument("--datadir", default=None, help="data folder of the harness's own embedded server")
     p.add_argument("--keep", action="store_true", help="keep the run's schema (and embedded server) afterwards")
-    p.add_argument("--report", default="chaos-report.json", help="where to write the JSON report")
+    p.add_argument("--report", default="chaos-report.json", help="where to write the JSON report (default %(default)s)")
     p.add_argument("--log-dir", default=None, help="write each worker's and reaper's output here")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_chaos, no_db=True)

@@ -11,7 +11,7 @@ import os
 import psycopg
 from psycopg.rows import dict_row
 
-from tenure.core.errors import ConfigError
+from tenure.core.errors import ConfigError, first_line
 
 CONNECT_TIMEOUT_DEFAULT = 5
 SCHEMA_DEFAULT = "tenure"
@@ -40,7 +40,7 @@ def validate_dsn(dsn: str) -> None:
     try:
         psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"invalid database URL: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(f"invalid database URL: {first_line(exc)}") from None
 
 
 def connect(dsn: str, *, autocommit: bool = True, application_name: str = "tenure") -> Connection:

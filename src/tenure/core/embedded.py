@@ -99,6 +99,13 @@ class EmbeddedServer:
         """Start it again on the same port (after :meth:`stop`)."""
         _start(self.datadir, self.port, self.socket_dir)
 
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart -m MODE``: every connection is killed (``AdminShutdown``), same port."""
+        result = _pg_ctl(self.datadir, ["-m", mode, "-w", "-t", str(int(START_TIMEOUT_DEFAULT)),
+                                        "-l", str(self.datadir / "server.log"), "restart"], check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"embedded PostgreSQL failed to restart: {result.stderr.strip()}")
+
     def is_running(self) -> bool:
         return _running_port(self.datadir) is not None
 

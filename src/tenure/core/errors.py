@@ -92,6 +92,27 @@ class AmbiguousError(JobFailure):
     default_code = "ambiguous"
 
 
+class EffectUnrecorded(AmbiguousError):
+    """The effect's body returned, but its success could not be recorded (the database stayed
+    unreachable through the bounded retry). The key is left in flight, so the next attempt sees
+    the effect *in doubt* instead of running the body again blindly."""
+
+    default_code = "effect_unrecorded"
+
+
+class EffectInDoubt(AmbiguousError):
+    """An earlier attempt may have performed the effect without recording it (its worker died or
+    could not reach the database), and the handler gave no ``reconcile``: the job is dead-lettered
+    as ambiguous (``effect_in_doubt``) and the key stays in doubt for whoever replays it."""
+
+    default_code = "effect_in_doubt"
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"effect {key!r} is in doubt: an earlier attempt may have performed it without "
+                         f"recording it; reconcile with the provider (ctx.effect(..., reconcile=...))")
+        self.key = key
+
+
 class InvalidPayload(PermanentError):
     """The payload violates the task's schema."""
 
@@ -123,3 +144,9 @@ def classify_exception(exc: BaseException,
     if isinstance(exc, LeaseLost):
         return RetryableError(text, code="lease_lost")
     return RetryableError(text, code="handler_error")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (database errors span several), or its type name."""
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__

@@ -47,9 +47,11 @@ def parse_named_queries(text: str) -> dict[str, tuple[str, str]]:
 
 @lru_cache(maxsize=None)
 def named_queries(schema: str) -> dict[str, str]:
-    """Queries with ``{schema}`` replaced by the quoted schema identifier."""
+    """Queries with ``{schema}`` replaced by the quoted schema identifier and ``{channel}`` by
+    the quoted wake-up channel (LISTEN takes no parameters)."""
     quoted = quote_ident(schema)
-    return {name: sql.replace("{schema}", quoted)
+    channel = '"' + notify_channel(schema) + '"'
+    return {name: sql.replace("{schema}", quoted).replace("{channel}", channel)
             for name, (_, sql) in parse_named_queries(_read("queries.sql")).items()}
 
 

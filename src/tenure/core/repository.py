@@ -428,6 +428,20 @@ class Repository:
                 "channel": self.channel, "grace": float(grace)})
             return [Reaped(r["id"], r["queue_name"], r["dead"]) for r in rows]
 
+    def record_reaper_cycle(self, reaper_id: str, *, seconds: float, reaped: int) -> None:
+        """Count one finished reaper cycle (the exporter serves it as tenure_reaper_* figures)."""
+        with self.conn.transaction():
+            self._rows("reaper_cycle_record", {
+                "reaper_id": reaper_id, "seconds": float(seconds), "reaped": int(reaped)})
+
+    def reaper_cycles(self) -> Row | None:
+        """The reaper cycle counter and last cycle; None before any reaper ran."""
+        return self._one("reaper_cycle_get")
+
+    def reap_counts(self) -> list[Row]:
+        """Reaped jobs ever per (queue, outcome, owner_status), from the audit events."""
+        return self._rows("job_reap_counts")
+
     # -- reads ------------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Row | None:
         return self._one("job_get", {"id": job_id})
@@ -456,6 +470,10 @@ class Repository:
     def runtime_quantiles(self, window_seconds: float) -> list[Row]:
         return self._rows("job_runtime_quantiles", {"window": float(window_seconds)})
 
+    def listen(self) -> None:
+        """LISTEN on the wake-up channel; notifications then arrive on ``self.conn.notifies()``."""
+        self._rows("queue_listen")
+
     def db_now(self) -> Row:
         row = self._one("db_now")
         assert row is not None
@@ -483,7 +501,9 @@ class Repository:
 
     # -- execution store (R14) --------------------------------------------------------------
     def execution_claim(self, key: str, job_id: int, token: uuid.UUID, lease: float) -> Row:
-        """``{outcome: claimed | already_succeeded | leased_by_other_worker, result_ref, attempt_count}``."""
+        """``{outcome: claimed | in_doubt | already_succeeded | leased_by_other_worker, result_ref,
+        attempt_count}``; ``in_doubt`` is a claim of a key whose earlier holder may have performed
+        the effect without recording it."""
         for _ in range(5):
             row = self._one("execution_claim", {"key": key, "job_id": job_id, "token": token,
                                                 "lease": float(lease)})
@@ -495,6 +515,8 @@ class Repository:
         return self._one("execution_succeed", {"key": key, "token": token, "result_ref": result_ref}) is not None
 
     def execution_fail(self, key: str, token: uuid.UUID, *, retrying: bool, error_code: str) -> bool:
+        """Give the key up after a failed body (``retrying`` lets the next attempt take it at once).
+        With ``error_code='in_doubt'`` the next claim is in doubt too."""
         return self._one("execution_fail", {"key": key, "token": token, "error_code": error_code,
                                             "status": "retrying" if retrying else "failed"}) is not None
 

@@ -22,6 +22,14 @@ from typing import Any
 import yaml
 
 from tenure.core.errors import ConfigError
+from tenure.reaper import reaper
+
+
+def _healthy_reap_seconds() -> float:
+    """Seconds from a lease's expiry to its requeue by a healthy reaper with default settings:
+    grace + alive-owner grace + one interval (a first expiry is requeued with no backoff)."""
+    return reaper.GRACE_DEFAULT + reaper.ALIVE_OWNER_GRACE_DEFAULT + reaper.INTERVAL_DEFAULT
+
 
 # --- defaults -------------------------------------------------------------------------------
 EVALUATION_INTERVAL_SECONDS_DEFAULT = 60
@@ -29,6 +37,7 @@ RUNBOOK_BASE_URL_DEFAULT = "https://github.com/tenure-dev/tenure/blob/main/docs/
 
 EXPIRED_LEASES_WARNING_COUNT_DEFAULT = 0
 EXPIRED_LEASES_FOR_SECONDS_DEFAULT = 120
+"""Well above what a healthy reaper takes with its defaults (:func:`_healthy_reap_seconds`)."""
 EXPIRED_LEASES_CRITICAL_COUNT_DEFAULT = 10
 EXPIRED_LEASES_HIGH_FOR_SECONDS_DEFAULT = 300
 
@@ -43,6 +52,8 @@ OLDEST_RUNNING_FOR_SECONDS_DEFAULT = 300
 REAPER_WINDOW_SECONDS_DEFAULT = 600
 REAPER_MAX_REAPED_PER_WINDOW_DEFAULT = 20
 REAPER_FOR_SECONDS_DEFAULT = 300
+REAPER_STALLED_SECONDS_DEFAULT = 600
+REAPER_STALLED_FOR_SECONDS_DEFAULT = 300
 
 DEDUP_WINDOW_SECONDS_DEFAULT = 300
 DEDUP_BASELINE_WINDOW_SECONDS_DEFAULT = 3600
@@ -130,6 +141,12 @@ class AlertThresholds:
     ``reaper_window_seconds``."""
     reaper_for_seconds: int = REAPER_FOR_SECONDS_DEFAULT
     """``for`` of TenureReaperTooAggressive."""
+    reaper_stalled_seconds: int = REAPER_STALLED_SECONDS_DEFAULT
+    """TenureReaperNotRunning fires when no reaper finished a cycle for longer than this
+    (tenure_reaper_last_cycle_timestamp_seconds); keep it several reaper intervals (the
+    CronJob's schedule) long."""
+    reaper_stalled_for_seconds: int = REAPER_STALLED_FOR_SECONDS_DEFAULT
+    """``for`` of TenureReaperNotRunning."""
 
     dedup_window_seconds: int = DEDUP_WINDOW_SECONDS_DEFAULT
     """Short range of the current dedup hit rate."""
@@ -223,7 +240,7 @@ class AlertThresholds:
                 "expired_leases_critical_count must be >= expired_leases_warning_count"
             )
         for name in ("heartbeat_lag_p95_seconds", "oldest_running_min_seconds",
-                     "ready_age_sla_seconds", "exporter_stale_seconds",
+                     "ready_age_sla_seconds", "exporter_stale_seconds", "reaper_stalled_seconds",
                      "oldest_running_runtime_p99_multiple"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -331,7 +348,9 @@ def build_rules(t: AlertThresholds) -> list[AlertRule]:
         description=(
             "{{ $value }} running job(s) in queue {{ $labels.queue }} hold a lease that expired"
             f" (DB clock) for at least {d(t.expired_leases_for_seconds)}: their workers are"
-            " dead, hung or cut off from the database, and the reaper has not recovered them."
+            " dead, hung or cut off from the database, and the reaper has not recovered them"
+            f" (a healthy reaper with the default settings requeues them within {d(int(_healthy_reap_seconds()))}"
+            " after their lease expired)."
         ),
     ))
     rules.append(AlertRule(
@@ -398,6 +417,24 @@ def build_rules(t: AlertThresholds) -> list[AlertRule]:
             f" {_num(t.oldest_running_runtime_p99_multiple)}x the runtime p99 over"
             f" {d(t.runtime_p99_window_seconds)} (and at least {floor}s): it is hung or its"
             " heartbeat keeps extending a lease that should have ended."
+        ),
+    ))
+    rules.append(AlertRule(
+        name="TenureReaperNotRunning",
+        group="tenure-leases",
+        severity="warning",
+        expr=(
+            "time() - tenure_reaper_last_cycle_timestamp_seconds"
+            f" > {t.reaper_stalled_seconds}"
+        ),
+        for_seconds=t.reaper_stalled_for_seconds,
+        summary="No reaper cycle for {{ $value | humanizeDuration }}",
+        description=(
+            "No reaper (CronJob, loop or in-worker) has finished a cycle on the database"
+            "{{ with $labels.instance }} served by {{ . }}{{ end }} for"
+            " {{ $value | humanizeDuration }} (threshold"
+            f" {t.reaper_stalled_seconds}s): expired leases are not being recovered, so"
+            " jobs of crashed workers stay running until someone reaps them."
         ),
     ))
     rules.append(AlertRule(

@@ -277,8 +277,8 @@ def overview(t: AlertThresholds) -> Any:
                     "{{queue}} {{error_code}}",
                 ),
                 Query(
-                    "sum by (queue) "
-                    f"({rate('tenure_reaper_reaped_total', DEAD_LETTERED)})",
+                    "sum by (queue) (max by (queue, owner_status) "
+                    f"({rate('tenure_queue_reaps_total', DEAD_LETTERED)}))",
                     "{{queue}} reaper",
                 ),
             ],
@@ -390,16 +390,33 @@ def lease_health(t: AlertThresholds) -> Any:
         ),
         PanelSpec(
             "Reaped jobs per interval",
-            "Jobs the reaper recovered per interval (from job_events), and the reaper's own"
-            " transitions by outcome. Spikes mean mass worker loss or a reaper that is too"
-            " eager (compare with stale writes rejected).",
+            "Jobs the reapers recovered per interval, from the audited reap events (every"
+            " reaper counted once: CronJob, loop or in-worker), by outcome and by the owner's"
+            " status when reaped (alive = the worker still heartbeats elsewhere: the lease is"
+            " too short). Spikes mean mass worker loss or a reaper that is too eager (compare"
+            " with stale writes rejected).",
             [
                 Query(f"max by (queue) (increase({sel('tenure_queue_reaped_jobs_total')}"
                       f"[{RATE}]))", "{{queue}} reaped"),
-                Query(f"sum by (queue, outcome) (increase({sel('tenure_reaper_reaped_total')}"
-                      f"[{RATE}]))", "{{queue}} reaper {{outcome}}"),
+                Query("sum by (queue, outcome, owner_status) (max by (queue, outcome,"
+                      f" owner_status) (increase({sel('tenure_queue_reaps_total')}[{RATE}])))",
+                      "{{queue}} {{outcome}} (owner {{owner_status}})"),
             ],
             bars=True,
+        ),
+        PanelSpec(
+            "Reaper cycles",
+            "Seconds since any reaper last finished a cycle, and that cycle's duration (from"
+            " the reaper_cycles row, served by the exporter; schema-wide, not per queue). A"
+            " growing age means no reaper runs: expired leases are never recovered"
+            " (TenureReaperNotRunning).",
+            [
+                Query("min(time() - tenure_reaper_last_cycle_timestamp_seconds)",
+                      "since last cycle"),
+                Query("max(tenure_reaper_last_cycle_duration_seconds)", "last cycle duration"),
+            ],
+            unit="s",
+            thresholds=[float(t.reaper_stalled_seconds)],
         ),
         PanelSpec(
             "Leases lost (/s)",
@@ -411,9 +428,9 @@ def lease_health(t: AlertThresholds) -> Any:
         ),
         PanelSpec(
             "Stale writes rejected by the token CAS (/s)",
-            "Complete/fail/retry/release/checkpoint/heartbeat writes from a worker that no"
-            " longer owns the job. Non-zero after reaps means the reaper took over jobs that"
-            " were still running (lease or grace too short).",
+            "Writes (complete, retry, dead_letter, release, checkpoint, heartbeat,"
+            " effect_succeed) from an attempt that no longer owns the job. Non-zero after reaps"
+            " means the reaper took over jobs that were still running (lease or grace too short).",
             [Query(f"sum by (queue, operation) ({rate('tenure_stale_writes_rejected_total')})",
                    "{{queue}} {{operation}}")],
             unit="ops",
@@ -428,7 +445,8 @@ def lease_health(t: AlertThresholds) -> Any:
         ),
         PanelSpec(
             "Released on shutdown (/s)",
-            "Jobs handed back during a SIGTERM drain; expected around deploys.",
+            "Jobs handed back unfinished at the end of a SIGTERM drain; expected around"
+            " deploys. Effect deferrals are counted apart (Retries and dedup dashboard).",
             [Query(f"sum by (queue, task) ({rate('tenure_jobs_released_total')})",
                    "{{queue}} {{task}}")],
             unit="ops",
@@ -516,11 +534,20 @@ def retries_dedup(t: AlertThresholds) -> Any:
                     "{{queue}} {{error_code}}",
                 ),
                 Query(
-                    "sum by (queue) "
-                    f"({rate('tenure_reaper_reaped_total', DEAD_LETTERED)})",
+                    "sum by (queue) (max by (queue, owner_status) "
+                    f"({rate('tenure_queue_reaps_total', DEAD_LETTERED)}))",
                     "{{queue}} reaper",
                 ),
             ],
+            unit="ops",
+        ),
+        PanelSpec(
+            "Effect deferrals (/s)",
+            "Jobs handed back without using an attempt because another live attempt holds"
+            " their effect's idempotency key (leased_by_other_worker): a job with the same"
+            " key, or this job's previous attempt after the reaper took it over while it ran.",
+            [Query(f"sum by (queue, task) ({rate('tenure_jobs_deferred_total')})",
+                   "{{queue}} {{task}}")],
             unit="ops",
         ),
     ]

@@ -1,6 +1,12 @@
 """Queue-level metrics from SQL (docs/metrics.md), one collector for `tenure exporter` and the
 reaper loop. It reads the same ``queue_stats`` query as `tenure stats`, so both agree.
 
+It also serves the reaper's figures from the database, so they exist wherever a reaper runs
+without a metrics port (a Kubernetes CronJob pod runs one cycle and exits):
+``tenure_queue_reaps_total`` from the audited reap events (every reaper counted once, by
+outcome and by the owner's status when reaped) and ``tenure_reaper_*`` last-cycle figures
+from the ``reaper_cycles`` row every reaper cycle updates.
+
 Each scrape runs one query (partial indexes only); results are cached for ``min_interval``
 seconds so that several scrapers cannot load the database. When the database is unreachable the
 collector still answers, with ``tenure_exporter_errors_total`` raised and no queue series.
@@ -12,12 +18,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tenure.core.db import Connection, connect
+from tenure.core.errors import first_line
 from tenure.core.repository import Repository
 from tenure.core.stats import QueueStats
 
@@ -42,6 +50,8 @@ class QueueCollector(Collector):
         self._conn: Connection | None = None
         self._lock = threading.Lock()
         self._cached: list[QueueStats] | None = None
+        self._reaps: list[dict[str, Any]] = []
+        self._cycle: dict[str, Any] | None = None
         self._cached_at = 0.0
         self.last_success = 0.0
         self.errors = 0
@@ -58,15 +68,17 @@ class QueueCollector(Collector):
                 if self._completed is None or now - self._completed_at >= self.completed_interval:
                     self._completed, self._completed_at = repo.completed_counts(), now
                 stats = repo.queue_stats(completed=self._completed)
+                reaps, cycle = repo.reap_counts(), repo.reaper_cycles()
             except psycopg.Error as exc:
                 self.errors += 1
-                log.warning("queue stats failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                log.warning("queue stats failed: %s", first_line(exc))
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
                 self._cached = None
                 return None
             self._cached, self._cached_at, self.last_success = stats, now, time.time()
+            self._reaps, self._cycle = [dict(r) for r in reaps], (dict(cycle) if cycle else None)
             return stats
 
     def close(self) -> None:
@@ -74,6 +86,31 @@ class QueueCollector(Collector):
             if self._conn is not None:
                 self._conn.close()
             self._conn = None
+
+    def _reaper_families(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """Reaper figures from the database (read with the queue stats, same cache)."""
+        reaps = CounterMetricFamily(
+            "tenure_queue_reaps", "Jobs reaped (audited reap events of every reaper), by outcome "
+            "and the owner's status when reaped.", labels=["queue", "outcome", "owner_status"])
+        for row in self._reaps:
+            reaps.add_metric([row["queue"], row["outcome"], row["owner_status"]], row["reaped"])
+        yield reaps
+        if self._cycle is None:
+            return  # no reaper has run on this schema yet
+        cycles = CounterMetricFamily("tenure_reaper_cycles", "Reaper cycles finished (any reaper).")
+        cycles.add_metric([], self._cycle["cycles"])
+        yield cycles
+        for name, help_, key in (
+            ("tenure_reaper_last_cycle_timestamp_seconds",
+             "Unix time (database clock) the last reaper cycle finished.", "last_finished_epoch"),
+            ("tenure_reaper_last_cycle_duration_seconds", "Duration of the last reaper cycle.",
+             "last_seconds"),
+            ("tenure_reaper_last_cycle_reaped_jobs", "Jobs the last reaper cycle recovered.",
+             "last_reaped"),
+        ):
+            family = GaugeMetricFamily(name, help_)
+            family.add_metric([], float(self._cycle[key]))
+            yield family
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats = self.read()
@@ -117,6 +154,7 @@ class QueueCollector(Collector):
             yield limit
             yield from gauges.values()
             yield reaped
+            yield from self._reaper_families()
         last = GaugeMetricFamily("tenure_exporter_last_success_timestamp_seconds",
                                  "Unix time of the last successful collection.")
         last.add_metric([], self.last_success)

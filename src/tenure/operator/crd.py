@@ -9,7 +9,7 @@ Regenerate with ``python -m tenure.operator.crd --write [--chart PATH]``.
 
 Durations are integer seconds so that the CEL rules (``x-kubernetes-validations``) are plain
 integer arithmetic. The cron rule checks the *shape* only (five fields of cron characters, or
-an ``@hourly``-style macro); the CronJob controller still parses the values.
+an ``@hourly``-style macro); the operator checks the values (``spec.validate_cron``).
 """
 
 from __future__ import annotations
@@ -286,7 +286,10 @@ def _spec_schema() -> dict[str, Any]:
                 "properties": {
                     "schedule": {
                         "type": "string",
-                        "description": "Cron schedule (5 fields) or a macro such as @hourly.",
+                        "description": "Cron schedule (5 fields) or a macro such as @hourly. The API "
+                        "server checks the shape; the operator checks each field's values "
+                        "(e.g. minute 0-59) and reports Degraded/InvalidSchedule, leaving the "
+                        "CronJob unchanged, for a schedule such as '99 99 99 99 99'.",
                         "default": s.REAPER_SCHEDULE_DEFAULT,
                         "minLength": 1,
                         "maxLength": 128,
@@ -327,6 +330,31 @@ def _spec_schema() -> dict[str, Any]:
                     "serviceMonitor": _bool(
                         "Create a ServiceMonitor (only when its CRD exists in the cluster).",
                         s.SERVICE_MONITOR_DEFAULT,
+                    ),
+                    "exporter": _bool(
+                        "Run `tenure exporter` (queue-level and reaper figures from SQL) for "
+                        "this queue's database and schema: one Deployment tenure-exporter-HASH "
+                        "with a Service (and a ServiceMonitor when asked for), shared by every "
+                        "JobQueue of the namespace naming the same Secret, key and schema.",
+                        s.EXPORTER_DEFAULT,
+                    ),
+                },
+            },
+            "migrations": {
+                "type": "object",
+                "description": "Managed migrations. When managed (the default), the operator "
+                "runs `tenure migrate` in a Job with this image (NAME-migrate-HASH, "
+                "advisory-locked, idempotent) whenever the image, schema or Secret changes, "
+                "and holds the workers (and the reaper) until it succeeded: condition "
+                "SchemaReady. A failed Job makes the JobQueue Degraded (SchemaNewerThanCode "
+                "when the database was migrated by a newer tenure). Opt out with "
+                "managed: false (or the chart's operator.manageMigrations: false) and run "
+                "`tenure migrate` yourself before the workers start.",
+                "default": {},
+                "properties": {
+                    "managed": _bool(
+                        "Let the operator migrate the database (false: you run `tenure migrate`).",
+                        s.MIGRATIONS_MANAGED_DEFAULT,
                     ),
                 },
             },
@@ -446,6 +474,14 @@ def status_schema() -> dict[str, Any]:
                 "description": "When replicas last changed.",
             },
             "lastScaleReason": {"type": "string", "description": "Why replicas last changed."},
+            "migrationJob": {
+                "type": "string",
+                "description": "The migration Job for the current image (managed migrations).",
+            },
+            "exporter": {
+                "type": "string",
+                "description": "The exporter Deployment serving this queue's database and schema.",
+            },
             "recommendations": {
                 "type": "array",
                 "description": "Scaler recommendations inside the stabilisation window "
@@ -462,7 +498,7 @@ def status_schema() -> dict[str, Any]:
             },
             "conditions": {
                 "type": "array",
-                "description": "Ready, Degraded and Scaling, one entry per type.",
+                "description": "Ready, Degraded, Scaling and SchemaReady, one entry per type.",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {

@@ -15,6 +15,19 @@ On a missing Secret/key or an unreachable database the JobQueue gets ``Degraded=
 the reason, replicas stay as they are (never zero on missing data), and the handler raises
 ``kopf.TemporaryError`` with an exponential delay.
 
+Managed migrations (``spec.migrations.managed``, default true, and the operator-wide
+``TENURE_OPERATOR_MANAGE_MIGRATIONS``): before workers run, a Job with the queue's own image
+runs ``tenure migrate`` (advisory-locked, idempotent). A Job rather than the operator's own
+process, because the schema must match the *workers'* code, which is the JobQueue's image and
+may be newer or older than the operator's. Until the Job for the current (image, schema,
+Secret) has succeeded the worker Deployment and reaper CronJob are held: left exactly as they
+are, or created with 0 replicas / suspended. ``SchemaReady`` tells which; a failed Job makes
+the JobQueue ``Degraded`` (``SchemaNewerThanCode`` when migrate refused a newer schema, read
+from the pod's termination message, else ``MigrationFailed``) and is retried after
+``OperatorConfig.migration_retry_seconds``.
+
+One ``tenure exporter`` per database and schema (see :func:`reconcile_exporter`).
+
 Limits: kopf keeps a finalizer on every JobQueue while its timer runs, so a JobQueue deleted
 while no operator runs stays until one starts (or the finalizer is removed by hand). Events
 are only ours (one per scale decision, one per failure reason), not kopf's per-pass logs.
@@ -29,12 +42,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tenure.core.errors import ConfigError
 from tenure.operator import reconcile as rc
 from tenure.operator import scaler as sc
 from tenure.operator import spec as s
 from tenure.operator.kube import Kube, KubeError, secret_value
-
-from tenure.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +56,17 @@ STATS_CONNECT_TIMEOUT_SECONDS_DEFAULT = 5
 FIELD_MANAGER_DEFAULT = "tenure-operator"
 ENV_INTERVAL = "TENURE_OPERATOR_INTERVAL_SECONDS"
 ENV_BACKOFF_MAX = "TENURE_OPERATOR_BACKOFF_MAX_SECONDS"
+ENV_MANAGE_MIGRATIONS = "TENURE_OPERATOR_MANAGE_MIGRATIONS"
+ENV_MIGRATION_RETRY = "TENURE_OPERATOR_MIGRATION_RETRY_SECONDS"
+MANAGE_MIGRATIONS_DEFAULT = True
+MIGRATION_RETRY_SECONDS_DEFAULT = 300.0
 
 CONDITION_READY = "Ready"
 CONDITION_DEGRADED = "Degraded"
 CONDITION_SCALING = "Scaling"
+CONDITION_SCHEMA_READY = "SchemaReady"
+#: What `tenure migrate` prints when the schema is newer than its code (SchemaTooNewError).
+SCHEMA_NEWER_MARKERS = ("upgrade tenure", "this tenure knows")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +81,16 @@ class OperatorConfig:
     stats_connect_timeout_seconds: int = STATS_CONNECT_TIMEOUT_SECONDS_DEFAULT
     #: Server-side-apply field manager owning the children's fields.
     field_manager: str = FIELD_MANAGER_DEFAULT
+    #: Run migration Jobs for JobQueues that ask for them (spec.migrations.managed); False
+    #: turns managed migrations off cluster-wide (the chart's operator.manageMigrations).
+    manage_migrations: bool = MANAGE_MIGRATIONS_DEFAULT
+    #: Seconds a failed migration Job is kept (and reported) before it is deleted and run again
+    #: (a schema newer than the code is never retried: only a new image fixes it).
+    migration_retry_seconds: float = MIGRATION_RETRY_SECONDS_DEFAULT
 
     def validate(self) -> None:
+        if self.migration_retry_seconds < 0:
+            raise ConfigError("migration_retry_seconds must be >= 0")
         if not self.interval_seconds > 0:
             raise ConfigError(f"interval_seconds must be > 0, got {self.interval_seconds}")
         if self.backoff_max_seconds < self.interval_seconds:
@@ -80,9 +107,20 @@ class OperatorConfig:
         try:
             interval = float(env.get(ENV_INTERVAL, INTERVAL_SECONDS_DEFAULT))
             backoff = float(env.get(ENV_BACKOFF_MAX, BACKOFF_MAX_SECONDS_DEFAULT))
+            retry = float(env.get(ENV_MIGRATION_RETRY, MIGRATION_RETRY_SECONDS_DEFAULT))
         except ValueError as exc:
-            raise ConfigError(f"{ENV_INTERVAL}/{ENV_BACKOFF_MAX}: {exc}") from exc
-        config = cls(interval_seconds=interval, backoff_max_seconds=max(backoff, interval))
+            raise ConfigError(
+                f"{ENV_INTERVAL}/{ENV_BACKOFF_MAX}/{ENV_MIGRATION_RETRY}: {exc}"
+            ) from exc
+        manage_text = env.get(ENV_MANAGE_MIGRATIONS, "true").strip().lower()
+        if manage_text not in ("true", "false", "1", "0"):
+            raise ConfigError(f"{ENV_MANAGE_MIGRATIONS} must be true or false, got {manage_text!r}")
+        config = cls(
+            interval_seconds=interval,
+            backoff_max_seconds=max(backoff, interval),
+            manage_migrations=manage_text in ("true", "1"),
+            migration_retry_seconds=retry,
+        )
         config.validate()
         return config
 
@@ -143,6 +181,10 @@ def fetch_figures(
         raise StatsUnavailable("InvalidDSN", f"the DSN in the Secret is invalid: {exc}") from exc
     try:
         rows = fetch_queue_stats(dsn, schema, queue)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        raise StatsUnavailable(
+            "SchemaMissing", f"schema {schema!r} has no tenure tables: {_one_line(exc)}"
+        ) from exc
     except psycopg.OperationalError as exc:
         raise StatsUnavailable("DatabaseUnreachable", _one_line(exc)) from exc
     except psycopg.Error as exc:
@@ -244,6 +286,201 @@ def condition_of(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | N
     return None
 
 
+# --------------------------------------------------------------------------- migrations
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrationState:
+    """Where the schema stands for the JobQueue's current image (one pass's view)."""
+
+    #: True when workers may run: the Job for this image succeeded, or migrations are unmanaged.
+    ready: bool
+    #: SchemaReady reason: Migrated | Migrating | MigrationFailed | SchemaNewerThanCode | Unmanaged
+    reason: str
+    message: str
+    #: The Job failed: the JobQueue is Degraded with ``reason``.
+    failed: bool = False
+    #: Name of the current migration Job (None when unmanaged).
+    job: str | None = None
+    events: tuple[Event, ...] = ()
+
+
+def _job_condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == type_ and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def job_phase(job: Mapping[str, Any]) -> str:
+    """Succeeded | Failed | Running, from the Job's terminal conditions (level-based)."""
+    if _job_condition(job, "Complete") is not None:
+        return "Succeeded"
+    if _job_condition(job, "Failed") is not None:
+        return "Failed"
+    return "Running"
+
+
+def termination_messages(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Termination messages of the pods' containers (``FallbackToLogsOnError``: log tail)."""
+    out: list[str] = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            for key in ("state", "lastState"):
+                terminated = ((cs.get(key) or {}).get("terminated")) or {}
+                message = str(terminated.get("message") or "").strip()
+                if message:
+                    out.append(message)
+    return out
+
+
+def classify_migration_failure(
+    job: Mapping[str, Any], messages: Sequence[str]
+) -> tuple[str, str]:
+    """(reason, one-line message) for a failed migration Job.
+
+    ``SchemaNewerThanCode`` when `tenure migrate` refused a schema migrated by newer code
+    (only a newer image fixes that), else ``MigrationFailed`` with the last error line.
+    """
+    lines = [line.strip() for m in messages for line in m.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()] or lines
+    detail = errors[-1] if errors else ""
+    if any(marker in line for line in lines for marker in SCHEMA_NEWER_MARKERS):
+        newer = [line for line in lines if any(m in line for m in SCHEMA_NEWER_MARKERS)]
+        return "SchemaNewerThanCode", _one_line_text(
+            f"the database schema is newer than image {_job_image(job)}: {newer[-1]}"
+        )
+    failed = _job_condition(job, "Failed") or {}
+    why = detail or str(failed.get("message") or failed.get("reason") or "no pod output")
+    return "MigrationFailed", _one_line_text(
+        f"migration Job {(job.get('metadata') or {}).get('name')} failed: {why}"
+    )
+
+
+def _job_image(job: Mapping[str, Any]) -> str:
+    containers = ((((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "containers") or [{}])
+    return str(containers[0].get("image", "?"))
+
+
+def _one_line_text(text: str) -> str:
+    return " ".join(text.split())[:500]
+
+
+def _failed_at(job: Mapping[str, Any]) -> dt.datetime | None:
+    cond = _job_condition(job, "Failed") or {}
+    stamp = cond.get("lastTransitionTime") or (job.get("status") or {}).get("completionTime")
+    if not stamp:
+        return None
+    try:
+        at = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+
+
+def reconcile_migration(
+    kube: Kube,
+    adopt: Adopter,
+    name: str,
+    namespace: str,
+    spec: s.JobQueueSpec,
+    now: dt.datetime,
+    retry_seconds: float,
+) -> MigrationState:
+    """Ensure the migration Job for the current image exists and read where it stands.
+
+    The Job is created once (never re-applied: a Job's pod template is immutable); it is
+    deleted to be run again when it failed ``retry_seconds`` ago (except for a schema newer
+    than the code) and, once it succeeded, every older migration Job of this JobQueue goes.
+    """
+    job_name = rc.migration_job_name(name, spec)
+    job = kube.get("batch/v1", "Job", namespace, job_name)
+    events: list[Event] = []
+    if job is None:
+        manifest = rc.build_migration_job(name, namespace, spec)
+        adopt(manifest)
+        job = kube.apply(manifest)
+        events.append(Event(
+            "Normal", "MigrationStarted",
+            f"Job {job_name} runs `tenure migrate` with {spec.image} on schema {spec.schema}",
+        ))
+    phase = job_phase(job)
+    if phase == "Succeeded":
+        selector = (
+            f"app.kubernetes.io/instance={name},app.kubernetes.io/component=migrate,"
+            f"app.kubernetes.io/managed-by={rc.MANAGED_BY}"
+        )
+        for old in kube.list("batch/v1", "Job", namespace, selector):
+            old_name = str((old.get("metadata") or {}).get("name"))
+            if old_name != job_name:
+                kube.delete("batch/v1", "Job", namespace, old_name)
+        return MigrationState(
+            True, "Migrated",
+            f"schema {spec.schema!r} is at the version of {spec.image} (Job {job_name})",
+            job=job_name, events=tuple(events),
+        )
+    if phase == "Running":
+        return MigrationState(
+            False, "Migrating",
+            f"Job {job_name} is migrating schema {spec.schema!r} for {spec.image}; "
+            "workers are held until it succeeds",
+            job=job_name, events=tuple(events),
+        )
+    pods = kube.list("v1", "Pod", namespace, f"job-name={job_name}")
+    reason, message = classify_migration_failure(job, termination_messages(pods))
+    failed_at = _failed_at(job)
+    if (
+        reason != "SchemaNewerThanCode"
+        and failed_at is not None
+        and (now - failed_at).total_seconds() >= retry_seconds
+    ):
+        kube.delete("batch/v1", "Job", namespace, job_name)
+        message += " (deleted; the next pass runs it again)"
+    return MigrationState(False, reason, message, failed=True, job=job_name, events=tuple(events))
+
+
+# --------------------------------------------------------------------------- the exporter
+
+
+def reconcile_exporter(
+    kube: Kube, namespace: str, service_monitor_available: bool
+) -> dict[str, str]:
+    """One ``tenure exporter`` per database and schema of the namespace, owned by its users.
+
+    Every JobQueue's pass re-derives all groups from a fresh list of the namespace's
+    JobQueues, applies them (each apply carries the complete owner list, so all members
+    converge on the same object), and deletes exporters no JobQueue uses any more (a
+    JobQueue that moved to another database, or turned ``spec.metrics.exporter`` off).
+    Returns {JobQueue name: exporter name}.
+
+    Why shared rather than one per JobQueue: every exporter serves every queue of its schema
+    (it is one SQL query), so one per JobQueue would only multiply the same series and the
+    queries. JobQueues in other namespaces (or naming another Secret with the same DSN) get
+    their own exporter; the generated dashboards and alerts take ``max by (queue)`` of
+    queue-level series, so such duplicates never add up.
+    """
+    jobqueues = kube.list(s.API_VERSION, s.KIND, namespace)
+    groups = rc.exporter_groups(namespace, jobqueues)
+    users: dict[str, str] = {}
+    for group in groups.values():
+        for child in rc.build_exporter(namespace, group, service_monitor_available):
+            kube.apply(child)
+        if service_monitor_available and not group.service_monitor:
+            kube.delete("monitoring.coreos.com/v1", "ServiceMonitor", namespace, group.name)
+        for owner in group.owners:
+            users[str(owner["name"])] = group.name
+    selector = f"app.kubernetes.io/component=exporter,app.kubernetes.io/managed-by={rc.MANAGED_BY}"
+    for dep in kube.list("apps/v1", "Deployment", namespace, selector):
+        dep_name = str((dep.get("metadata") or {}).get("name"))
+        if dep_name.startswith(rc.EXPORTER_PREFIX) and dep_name not in groups:
+            kube.delete("apps/v1", "Deployment", namespace, dep_name)
+            kube.delete("v1", "Service", namespace, dep_name)
+            if service_monitor_available:
+                kube.delete("monitoring.coreos.com/v1", "ServiceMonitor", namespace, dep_name)
+    return users
+
+
 # --------------------------------------------------------------------------- the engine
 
 
@@ -278,11 +515,16 @@ def reconcile_jobqueue(
     *,
     scale: bool,
     controls: ControlApplier | None = None,
+    manage_migrations: bool = MANAGE_MIGRATIONS_DEFAULT,
+    migration_retry_seconds: float = MIGRATION_RETRY_SECONDS_DEFAULT,
 ) -> Outcome:
     """One level-based pass over one JobQueue ``body`` (the object as stored).
 
-    Applies every child, decides replicas when ``scale`` and stats are readable, and returns
-    the status to patch. Never lowers replicas without fresh stats.
+    Runs or reads the migration Job (managed migrations), applies every child, decides
+    replicas when ``scale``, the schema is current and stats are readable, and returns the
+    status to patch. Never lowers replicas without fresh stats; while the schema is not
+    current the worker Deployment and reaper CronJob are left as they are (or created at
+    0 replicas and suspended).
     """
     meta = body.get("metadata") or {}
     name = str(meta["name"])
@@ -329,17 +571,46 @@ def reconcile_jobqueue(
     try:
         spec = s.parse_spec(raw_spec)
     except s.SpecError as exc:
-        return finish("InvalidSpec", str(exc), permanent=True)
+        # Nothing is applied: the children keep their last good shape (e.g. the CronJob its
+        # last valid schedule) until the spec is fixed.
+        return finish(exc.reason, str(exc), permanent=True)
+
+    # Managed migrations first: workers must not start on a schema their code refuses.
+    try:
+        if manage_migrations and spec.migrations.managed:
+            migration = reconcile_migration(
+                kube, adopt, name, namespace, spec, now, migration_retry_seconds
+            )
+        else:
+            migration = MigrationState(
+                True, "Unmanaged",
+                "migrations are not managed by the operator (spec.migrations.managed or the "
+                "chart's operator.manageMigrations is false): run `tenure migrate` with this "
+                "image before workers start",
+            )
+    except KubeError as exc:
+        return finish("MigrationJobUnavailable", f"migration Job: {exc}")
+    events.extend(migration.events)
+    hold = not migration.ready
+    conditions = upsert_condition(
+        conditions, CONDITION_SCHEMA_READY, migration.ready, migration.reason,
+        migration.message, now, generation,
+    )
+    if migration.job is not None:
+        status["migrationJob"] = migration.job
 
     live = kube.get("apps/v1", "Deployment", namespace, rc.worker_name(name))
     current: int | None = None
     if live is not None:
         replicas = (live.get("spec") or {}).get("replicas")
         current = int(replicas) if isinstance(replicas, int) else 1
-    # Without stats the replicas stay as they are; a new Deployment starts at the floor.
-    keep = current if current is not None else max(spec.scaling.min_replicas, 1)
+    # Without stats the replicas stay as they are; a new Deployment starts at the floor
+    # (at 0 while the schema is not current).
+    keep = current if current is not None else (0 if hold else max(spec.scaling.min_replicas, 1))
 
     error: tuple[str, str] | None = None
+    if migration.failed:
+        error = (migration.reason, migration.message)
     figures: QueueFigures | None = None
     if scale:
         try:
@@ -356,7 +627,8 @@ def reconcile_jobqueue(
                     "SecretKeyMissing",
                     f"Secret {namespace}/{spec.secret_name} has no key {spec.secret_key!r}",
                 )
-            else:
+            elif not hold:
+                # Before the schema exists there are no figures to read (and no error in that).
                 try:
                     figures = fetch(dsn, spec.schema, spec.queue)
                     wanted = (spec.paused, spec.max_running)
@@ -367,6 +639,15 @@ def reconcile_jobqueue(
                         figures = dataclasses.replace(figures, paused=spec.paused, max_running=spec.max_running)
                 except StatsUnavailable as exc:
                     error = (exc.reason, str(exc))
+                    if exc.reason == "SchemaMissing" and migration.job is not None:
+                        # The database lost its schema since the Job succeeded (a new or
+                        # restored database): run the migration again.
+                        try:
+                            kube.delete("batch/v1", "Job", namespace, migration.job)
+                            error = (exc.reason, f"{exc}; migration Job {migration.job} restarted")
+                        except KubeError as delete_error:
+                            error = (exc.reason, f"{exc}; deleting migration Job "
+                                     f"{migration.job} to run it again failed: {delete_error}")
 
     desired = keep
     decision: sc.ScaleDecision | None = None
@@ -396,17 +677,30 @@ def reconcile_jobqueue(
     applied: dict[str, dict[str, Any]] = {}
     try:
         sm_available = kube.api_available("monitoring.coreos.com/v1", "ServiceMonitor")
+        live_cron = (
+            kube.get("batch/v1", "CronJob", namespace, rc.reaper_name(name)) if hold else None
+        )
         for child in rc.build_children(name, namespace, raw_spec, desired, sm_available):
+            if hold and child["kind"] == "Deployment" and live is not None:
+                continue  # held as it is: its pods run the previous image on its schema
+            if hold and child["kind"] == "CronJob":
+                if live_cron is not None:
+                    continue
+                child["spec"]["suspend"] = True
             adopt(child)
             applied[child["kind"]] = kube.apply(child)
         if sm_available and not spec.service_monitor:
             kube.delete(
                 "monitoring.coreos.com/v1", "ServiceMonitor", namespace, rc.service_monitor_name(name)
             )
+        exporters = reconcile_exporter(kube, namespace, sm_available)
     except KubeError as exc:
         return finish("ApplyFailed", f"applying children failed: {exc}")
+    if name in exporters:
+        status["exporter"] = exporters[name]
 
-    deployment_status = (applied.get("Deployment") or {}).get("status") or {}
+    deployment = applied.get("Deployment") or live or {}
+    deployment_status = deployment.get("status") or {}
     ready_replicas = int(deployment_status.get("readyReplicas") or 0)
     status["replicas"] = desired
     status["desiredReplicas"] = desired
@@ -438,7 +732,12 @@ def reconcile_jobqueue(
 
     if error is not None:
         return finish(error[0], error[1])
-    if scale:
+    if scale and hold:
+        conditions = upsert_condition(
+            conditions, CONDITION_READY, False, migration.reason, migration.message, now,
+            generation,
+        )
+    elif scale:
         conditions = upsert_condition(
             conditions,
             CONDITION_READY,
@@ -490,6 +789,8 @@ def register(
             body, kube(), fetch, adopt, dt.datetime.now(dt.UTC), scale=scale,
             controls=lambda dsn, schema, queue, paused, limit: apply_controls(
                 dsn, schema, queue, paused, limit, config.stats_connect_timeout_seconds),
+            manage_migrations=config.manage_migrations,
+            migration_retry_seconds=config.migration_retry_seconds,
         )
         for key, value in outcome.status.items():
             patch.status[key] = value

@@ -1,10 +1,11 @@
 """Minimal Kubernetes access for the operator: server-side apply, get, delete, secrets, discovery.
 
 A thin layer over the official ``kubernetes`` client's ApiClient (raw paths, JSON dicts), so the
-same four calls serve Deployments, CronJobs, Services, PDBs and ServiceMonitors without typed
-models. Only what the RBAC in charts/tenure/templates/rbac.yaml grants is used:
-get/create/patch on the children, delete on ServiceMonitors, get on Secrets. API discovery
-(``/apis/GROUP/VERSION``) needs no RBAC rule (system:discovery).
+same five calls serve Deployments, CronJobs, Jobs, Services, PDBs and ServiceMonitors without
+typed models. Only what the RBAC in charts/tenure/templates/rbac.yaml grants is used:
+create/patch on the children, get/list/delete where the reconciler reads or retires them,
+list on the migration Jobs' pods, get on Secrets. API discovery (``/apis/GROUP/VERSION``)
+needs no RBAC rule (system:discovery).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ PLURALS: dict[str, str] = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "ServiceMonitor": "servicemonitors",
     "Secret": "secrets",
+    "Job": "jobs",
+    "Pod": "pods",
+    "JobQueue": "jobqueues",
 }
 
 
@@ -48,6 +52,11 @@ class Kube(Protocol):
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Delete; False when it did not exist."""
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Objects of ``kind`` in ``namespace`` (optionally filtered by a label selector)."""
 
     def api_available(self, api_version: str, kind: str) -> bool:
         """Whether the API server serves ``kind`` under ``api_version`` (discovery)."""
@@ -144,6 +153,17 @@ class KubeClient:
             content_type="application/json",
         )
         return status != 404
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        status, payload = self._request(
+            "GET", object_path(api_version, kind, namespace), query=query
+        )
+        if status == 404:
+            return []
+        return [i for i in payload.get("items") or [] if isinstance(i, dict)]
 
     def api_available(self, api_version: str, kind: str) -> bool:
         base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"

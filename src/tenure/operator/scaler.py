@@ -28,9 +28,8 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
-from tenure.operator import spec as s
-
 from tenure.core.errors import ConfigError
+from tenure.operator import spec as s
 
 MIN_REPLICAS_DEFAULT = s.MIN_REPLICAS_DEFAULT
 MAX_REPLICAS_DEFAULT = s.MAX_REPLICAS_DEFAULT

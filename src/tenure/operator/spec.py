@@ -51,10 +51,89 @@ SERVICE_MONITOR_DEFAULT = True
 PAUSED_DEFAULT = False
 MAX_RUNNING_DEFAULT = 0
 MAX_RUNNING_MAX = 1_000_000
+EXPORTER_DEFAULT = True
+MIGRATIONS_MANAGED_DEFAULT = True
+
+#: Cron macros the CronJob controller accepts (robfig/cron descriptors).
+CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+#: (field name, low, high, names) of the five standard cron fields, as the CronJob
+#: controller parses them (robfig/cron ParseStandard): day-of-week 7 is Sunday too.
+CRON_FIELDS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day of month", 1, 31, ()),
+    ("month", 1, 12, _MONTHS),
+    ("day of week", 0, 7, _DAYS),
+)
 
 
 class SpecError(ConfigError):
     """A JobQueue spec that cannot be turned into children (the message names the field)."""
+
+    #: CamelCase condition reason the operator reports (Degraded) for this error.
+    reason = "InvalidSpec"
+
+
+class ScheduleError(SpecError):
+    """``spec.reaper.schedule`` is not a schedule the CronJob controller can run."""
+
+    reason = "InvalidSchedule"
+
+
+def _cron_value(text: str, low: int, names: tuple[str, ...], field: str) -> int:
+    upper = text.upper()
+    if names and upper in names:
+        return names.index(upper) + (low if names is _MONTHS else 0)
+    if not text.isdigit():
+        raise ScheduleError(f"{field}: {text!r} is not a number" + (
+            f" or one of {', '.join(names)}" if names else ""))
+    return int(text)
+
+
+def validate_cron(schedule: str) -> None:
+    """Check a 5-field cron schedule (or macro) the way the CronJob controller parses it.
+
+    The CRD's CEL rule only checks the shape (five fields of cron characters), so
+    ``99 99 99 99 99`` would reach the API server's CronJob validation, or worse, be accepted
+    by it and never fire. Raises ScheduleError naming the field and the value. Limits: the
+    ``@every`` descriptor and ``TZ=`` prefixes are refused (CronJob has ``timeZone`` for that);
+    ``?`` is accepted as ``*`` in the day fields, as the controller does.
+    """
+    text = schedule.strip()
+    if text.startswith("@"):
+        if text.lower() in CRON_MACROS:
+            return
+        raise ScheduleError(
+            f"spec.reaper.schedule {schedule!r}: unknown macro (use one of {', '.join(CRON_MACROS)})"
+        )
+    fields = text.split()
+    if len(fields) != 5:
+        raise ScheduleError(
+            f"spec.reaper.schedule {schedule!r}: expected 5 fields, got {len(fields)}"
+        )
+    for value, (field, low, high, names) in zip(fields, CRON_FIELDS, strict=True):
+        where = f"spec.reaper.schedule {schedule!r}: {field}"
+        for part in value.split(","):
+            if not part:
+                raise ScheduleError(f"{where}: empty list element")
+            base, _, step = part.partition("/")
+            if step or part.endswith("/"):
+                if not step.isdigit() or int(step) < 1:
+                    raise ScheduleError(f"{where}: step {step!r} must be a positive integer")
+            if base in ("*", "?"):
+                if base == "?" and field not in ("day of month", "day of week"):
+                    raise ScheduleError(f"{where}: '?' is only allowed in the day fields")
+                continue
+            first, dash, last = base.partition("-")
+            start = _cron_value(first, low, names, where)
+            end = _cron_value(last, low, names, where) if dash else start
+            for number in (start, end):
+                if not low <= number <= high:
+                    raise ScheduleError(f"{where}: {number} is outside {low}-{high}")
+            if start > end:
+                raise ScheduleError(f"{where}: range {base!r} runs backwards")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +164,14 @@ class ReaperSpec:
     grace_seconds: int = REAPER_GRACE_SECONDS_DEFAULT
     batch_size: int = REAPER_BATCH_SIZE_DEFAULT
     suspend: bool = REAPER_SUSPEND_DEFAULT
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrationsSpec:
+    """Managed migrations: the operator runs ``tenure migrate`` (a Job with the queue's image)
+    and holds the workers until it succeeded. ``managed: false`` leaves migrating to you."""
+
+    managed: bool = MIGRATIONS_MANAGED_DEFAULT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +209,8 @@ class JobQueueSpec:
     reaper: ReaperSpec = ReaperSpec()
     metrics_port: int = METRICS_PORT_DEFAULT
     service_monitor: bool = SERVICE_MONITOR_DEFAULT
+    exporter: bool = EXPORTER_DEFAULT
+    migrations: MigrationsSpec = MigrationsSpec()
     pod: PodOverrides = PodOverrides()
     paused: bool = PAUSED_DEFAULT
     """Workers claim nothing from the queue while true (`tenure queues pause`); pods are kept."""
@@ -157,6 +246,7 @@ class JobQueueSpec:
         ):
             if value < low:
                 raise SpecError(f"spec.{name} must be >= {low}, got {value}")
+        validate_cron(self.reaper.schedule)
 
 
 def _get(obj: Mapping[str, Any], key: str, kind: type, default: Any, path: str) -> Any:
@@ -187,6 +277,7 @@ def parse_spec(spec: Mapping[str, Any]) -> JobQueueSpec:
     scaling = _section(spec, "scaling", p)
     reaper = _section(spec, "reaper", p)
     metrics = _section(spec, "metrics", p)
+    migrations = _section(spec, "migrations", p)
     pod = _section(spec, "pod", p)
     for required, where in (("queue", spec), ("image", spec), ("app", spec)):
         if not where.get(required):
@@ -252,6 +343,12 @@ def parse_spec(spec: Mapping[str, Any]) -> JobQueueSpec:
         ),
         paused=_get(spec, "paused", bool, PAUSED_DEFAULT, p),
         max_running=_get(spec, "maxRunning", int, MAX_RUNNING_DEFAULT, p),
+        exporter=_get(metrics, "exporter", bool, EXPORTER_DEFAULT, p + "metrics."),
+        migrations=MigrationsSpec(
+            managed=_get(
+                migrations, "managed", bool, MIGRATIONS_MANAGED_DEFAULT, p + "migrations."
+            ),
+        ),
         pod=PodOverrides(
             resources=dict(_section(pod, "resources", p + "pod.")),
             env=tuple(_get(pod, "env", list, [], p + "pod.")),

@@ -4,8 +4,11 @@ Conservative: it only looks at ``status='running' AND lease_expires_at < now() -
 database clock, at most ``batch`` rows a cycle, and each change is a compare-and-set on the
 token it read, so it can never undo a completion or touch a job that was reclaimed or renewed
 meanwhile (riverqueue/river#1302). Owners the registry still sees alive get ``alive_owner_grace``
-extra seconds (a slow database rather than a dead worker). A requeue waits a full-jitter backoff;
-when attempts or lease expiries are exhausted the job is dead-lettered with ``lease_expired``.
+extra seconds (a slow database rather than a dead worker). A job's first lease expiry is
+requeued at once (and the queue notified), so a dead worker's job re-runs within
+:func:`recovery_bound`; only repeated expiries of the same job wait a full-jitter backoff (a job
+that keeps killing its workers must not crash-loop them). When attempts or lease expiries are
+exhausted the job is dead-lettered with ``lease_expired``.
 Several reapers may run at once (SKIP LOCKED). Recovery never depends on the worker row
 surviving (procrastinate#1518): a missing owner counts as dead.
 """
@@ -20,12 +23,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psycopg
-
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import connect
 from tenure.core.errors import ConfigError
 from tenure.core.repository import ReapCandidate, ReapDecision, Reaped, Repository
+from tenure.core.service import ServiceConnection, run_service
 
 log = logging.getLogger("tenure.reaper")
 
@@ -51,7 +53,8 @@ class ReaperConfig:
     max_lease_expiries: int = MAX_LEASE_EXPIRIES_DEFAULT
     """Lease expiries after which the job is dead-lettered with ``lease_expired``."""
     retry: RetryPolicy = RetryPolicy()
-    """Backoff for requeues (the same full-jitter function as handler retries)."""
+    """Backoff for requeues after a job's second and later lease expiries (the first requeues
+    at once); the same full-jitter function as handler retries, on the expiry count."""
     heartbeat: float | None = None
     """The longest heartbeat interval of the workers whose jobs this reaper recovers, when known
     (`tenure reaper --heartbeat`, default the workers' default): ``grace`` must cover at least one
@@ -77,6 +80,21 @@ class ReaperConfig:
         self.retry.validate()
 
 
+def recovery_bound(*, lease: float, grace: float, interval: float, poll_interval: float,
+                   alive_owner_grace: float = 0.0) -> float:
+    """Worst case, in seconds, from a worker's death to its job's re-run starting, for a job
+    whose lease expires for the first time and a free worker.
+
+    The lease runs out at most ``lease`` after the last heartbeat (which came no later than the
+    death), the reaper acts on it after ``grace`` (plus ``alive_owner_grace`` while the registry
+    still sees the dead owner alive) within one ``interval``, requeues it with no delay and
+    notifies the queue; a worker picks it up at once on the notification, or at its next poll
+    (``poll_interval``) if the notification is lost. Not included: the reaper's own statement
+    time and the claim statement (milliseconds on a healthy database).
+    """
+    return lease + grace + alive_owner_grace + interval + poll_interval
+
+
 class Reaper:
     """Runs reaper cycles against one database schema."""
 
@@ -92,25 +110,26 @@ class Reaper:
         self.last_cycle_seconds = 0.0
 
     def decide(self, cand: ReapCandidate) -> ReapDecision | None:
-        """Requeue with backoff, dead-letter, or (None) leave it for a later cycle."""
+        """Requeue (at once for a first expiry, else with backoff), dead-letter, or (None) leave
+        it for a later cycle."""
         if cand.owner_status == "alive" and cand.expired_for_seconds < self.config.grace + self.config.alive_owner_grace:
             return None
         exhausted = (cand.attempt_count >= cand.max_attempts
                      or cand.lease_expiry_count + 1 >= self.config.max_lease_expiries)
         if exhausted:
             return ReapDecision(dead=True, delay=0.0)
-        return ReapDecision(dead=False, delay=full_jitter_delay(cand.attempt_count, self.config.retry, self.rng))
+        if cand.lease_expiry_count == 0:
+            return ReapDecision(dead=False, delay=0.0)
+        return ReapDecision(dead=False, delay=full_jitter_delay(cand.lease_expiry_count, self.config.retry, self.rng))
 
     def run_once(self, repo: Repository | None = None) -> list[Reaped]:
         """One cycle; returns the jobs it recovered (each with an audit event)."""
         started = time.monotonic()
         if repo is None:
             with connect(self.dsn, application_name=f"tenure-reaper:{self.reaper_id}") as conn:
-                reaped = Repository(conn, self.schema).reap(
-                    self.reaper_id, grace=self.config.grace, batch=self.config.batch, decide=self.decide)
+                reaped = self._cycle(Repository(conn, self.schema), started)
         else:
-            reaped = repo.reap(self.reaper_id, grace=self.config.grace, batch=self.config.batch,
-                               decide=self.decide)
+            reaped = self._cycle(repo, started)
         self.cycles += 1
         self.reaped_total += len(reaped)
         # One summary line per cycle (the per-job audit trail is in job_events); per-job lines
@@ -126,23 +145,27 @@ class Reaper:
         self.last_cycle_seconds = time.monotonic() - started
         return reaped
 
+    def _cycle(self, repo: Repository, started: float) -> list[Reaped]:
+        """Reap, then count the cycle in ``reaper_cycles`` (the exporter's reaper figures: a
+        CronJob pod has no metrics port of its own)."""
+        reaped = repo.reap(self.reaper_id, grace=self.config.grace, batch=self.config.batch,
+                           decide=self.decide)
+        repo.record_reaper_cycle(self.reaper_id, seconds=time.monotonic() - started,
+                                 reaped=len(reaped))
+        return reaped
+
     def run_forever(self, stop: threading.Event,
                     on_cycle: Callable[[list[Reaped], float], None] | None = None) -> None:
         """Loop until ``stop`` is set; database errors are logged and retried next cycle.
         ``on_cycle(reaped, seconds)`` is called after each successful cycle (metrics)."""
-        conn = None
-        while not stop.is_set():
-            try:
-                if conn is None or conn.closed:
-                    conn = connect(self.dsn, application_name=f"tenure-reaper:{self.reaper_id}")
-                reaped = self.run_once(Repository(conn, self.schema))
-                if on_cycle is not None:
-                    on_cycle(reaped, self.last_cycle_seconds)
-            except psycopg.Error as exc:
-                log.warning("reaper cycle failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
-                if conn is not None:
-                    conn.close()
-                conn = None
-            stop.wait(self.config.interval)
-        if conn is not None:
-            conn.close()
+        def step(conn: ServiceConnection) -> float:
+            started = time.monotonic()
+            reaped = self.run_once(Repository(conn.get(retry=False), self.schema))
+            if on_cycle is not None:
+                on_cycle(reaped, self.last_cycle_seconds)
+            # A fixed cadence: a slow cycle does not stretch the recovery bound by its own length.
+            return max(0.0, self.config.interval - (time.monotonic() - started))
+
+        run_service("reaper cycle", step, stop=stop, log=log, error_pause=self.config.interval,
+                    max_error_pause=self.config.interval,
+                    conn=ServiceConnection(self.dsn, f"tenure-reaper:{self.reaper_id}", stop=stop, log=log))

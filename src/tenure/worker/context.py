@@ -16,26 +16,58 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tenure.core.errors import LeaseLost, PermanentError, classify_exception
+import psycopg
+
+from tenure.core.errors import (
+    EffectInDoubt,
+    EffectUnrecorded,
+    LeaseLost,
+    PermanentError,
+    classify_exception,
+    first_line,
+)
 from tenure.core.repository import ClaimedJob
 
 log = logging.getLogger("tenure.worker")
+
+EFFECT_RECORD_RETRY_MIN = 5.0
+"""Seconds ``succeeded()`` keeps retrying on fresh connections at least, even when the key's
+lease may already have run out (a PostgreSQL restart takes a second or two; the write is a
+compare-and-set on the attempt's token, so a late success is still safe to record)."""
+EFFECT_RECORD_BACKOFF_MAX = 1.0
+"""Seconds between two tries to record an effect's success, at most."""
+
+Reconcile = Callable[[str], str | None]
+"""``reconcile(key)``: ask the provider whether the effect keyed ``key`` happened; return its
+reference (the effect is recorded as succeeded and skipped) or None (not done: run the body)."""
 
 
 class LeaseSignal:
     """A one-way flag with ``is_set()``/``wait()``/``set()`` like ``threading.Event``, which
     builds its Condition only when someone waits: one is created per claimed job, and most jobs
-    finish without anybody waiting (a measurable share of a no-op job's cost)."""
+    finish without anybody waiting (a measurable share of a no-op job's cost).
 
-    __slots__ = ("_flag", "_event")
+    Bound to a :class:`JobContext`, it is also set the moment the context's local lease
+    deadline passes, whoever looks first (the handler after a freeze, or the heartbeat): a
+    handler never sees ``lease_lost`` False while ``check_lease()`` would raise.
+    """
+
+    __slots__ = ("_flag", "_event", "_ctx")
     _create = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, ctx: JobContext | None = None) -> None:
         self._flag = False
         self._event: threading.Event | None = None
+        self._ctx = ctx
 
     def is_set(self) -> bool:
-        return self._flag
+        if self._flag:
+            return True
+        ctx = self._ctx
+        if ctx is not None and time.monotonic() >= ctx.lease_deadline:
+            ctx.signal_lease_lost(ctx.deadline_reason())
+            return True
+        return False
 
     def set(self) -> None:
         self._flag = True
@@ -44,15 +76,26 @@ class LeaseSignal:
             event.set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        if self._flag:
-            return True
-        with LeaseSignal._create:
-            if self._event is None:
-                self._event = threading.Event()
-            event = self._event
-        if self._flag:  # set() may have run before the event existed
-            return True
-        return event.wait(timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            with LeaseSignal._create:
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+            if self._flag:  # set() may have run before the event existed
+                return True
+            now = time.monotonic()
+            limit = None if end is None else end - now
+            if self._ctx is not None:  # wake at the deadline (a renewal moves it: look again)
+                until = max(0.0, self._ctx.lease_deadline - now) + 0.001
+                limit = until if limit is None else min(limit, until)
+            if limit is not None and limit <= 0:
+                return self.is_set()
+            if event.wait(limit):
+                return True
+            if end is not None and time.monotonic() >= end:
+                return self.is_set()
+        return True
 
 
 class EffectDeferred(Exception):
@@ -69,7 +112,9 @@ class Effect:
     """The outcome of claiming an idempotency key: ``already_succeeded`` or ``claimed``.
 
     When claimed, run the side effect passing ``key`` to the provider, then call
-    :meth:`succeeded` with the provider's reference (e.g. its message id).
+    :meth:`succeeded` with the provider's reference (e.g. its message id). ``in_doubt`` is True
+    when an earlier attempt may have performed the effect without recording it; ``reconcile``
+    then decided (already_succeeded: the provider had it; claimed: it did not).
     """
 
     key: str
@@ -77,19 +122,41 @@ class Effect:
     result_ref: str | None
     _ctx: JobContext
     _done: bool = False
+    in_doubt: bool = False
+    _unrecorded: bool = False
 
     @property
     def already_succeeded(self) -> bool:
         return self.outcome == "already_succeeded"
 
     def succeeded(self, result_ref: str | None = None) -> None:
-        """Record the effect as done; raises LeaseLost if another attempt took the key over."""
+        """Record the effect as done; raises LeaseLost if another attempt took the key over.
+
+        A lost connection (a database restart, a failover) is retried on fresh connections
+        until the key's lease would have run out, and at least ``EFFECT_RECORD_RETRY_MIN``
+        seconds. If it still cannot be recorded, raises :class:`EffectUnrecorded` and leaves
+        the key in flight: the next attempt finds the effect in doubt.
+        """
         ctx = self._ctx
-        with ctx._repo() as repo:
-            ok = repo.execution_succeed(self.key, ctx.lock_token, result_ref)
-            if not ok:
-                repo.record_stale_write(ctx.job.id, ctx.lock_token, ctx.worker_id, "effect_succeed",
-                                        f"idempotency key {self.key!r} taken over by another attempt")
+        give_up = max(ctx.effect_deadline, time.monotonic() + EFFECT_RECORD_RETRY_MIN)
+        delay, fresh = 0.1, False
+        while True:
+            try:
+                with ctx._repo(fresh=fresh) as repo:
+                    ok = repo.execution_succeed(self.key, ctx.lock_token, result_ref)
+                    if not ok:
+                        repo.record_stale_write(ctx.job.id, ctx.lock_token, ctx.worker_id, "effect_succeed",
+                                                f"idempotency key {self.key!r} taken over by another attempt")
+                break
+            except psycopg.OperationalError as exc:
+                if time.monotonic() + delay > give_up:
+                    self._unrecorded = True
+                    raise EffectUnrecorded(f"effect {self.key!r} ran but its success could not be recorded: "
+                                           f"{first_line(exc)}") from exc
+                log.warning("recording effect %r failed, retrying on a fresh connection: %s", self.key,
+                            first_line(exc), extra=ctx.log_extra)
+                time.sleep(delay)
+                delay, fresh = min(delay * 2, EFFECT_RECORD_BACKOFF_MAX), True
         self._done = True
         if not ok:
             ctx._count_stale("effect_succeed")
@@ -104,19 +171,24 @@ class JobContext:
     job: ClaimedJob
     worker_id: str
     lease_seconds: float
-    _repo: Callable[[], Any]
+    _repo: Callable[..., Any]
     _on_stale: Callable[[JobContext, str], None]
     _heartbeat_now: Callable[[], None]
     lease_lost: LeaseSignal = field(default_factory=LeaseSignal)
     lease_lost_reason: str | None = None
     lease_deadline: float = 0.0
     """Monotonic time by which the current lease surely ends unless renewed (local estimate)."""
+    effect_deadline: float = 0.0
+    """Monotonic time by which the open effect's key lease surely ends unless renewed."""
+    lease_capped: bool = False
+    """The last renewal was cut short by the maximum total lease (R4): no further extension."""
     used_effect: bool = False
     claimed_at: float = field(default_factory=time.monotonic)
     _on_lost: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.lease_deadline = self.claimed_at + self.lease_seconds
+        self.lease_lost._ctx = self
 
     # identity ----------------------------------------------------------------------------
     @property
@@ -157,8 +229,14 @@ class JobContext:
                 "task": self.job.task, "correlation_id": self.job.correlation_id}
 
     # lease -------------------------------------------------------------------------------
+    def deadline_reason(self) -> str:
+        """Why a passed local deadline means the lease is lost."""
+        if self.lease_capped:
+            return "maximum total lease reached"
+        return "lease not renewed in time (local deadline passed); it may have moved"
+
     def signal_lease_lost(self, reason: str) -> None:
-        if self.lease_lost.is_set():
+        if self.lease_lost._flag:
             return
         self.lease_lost_reason = reason
         self.lease_lost.set()
@@ -173,10 +251,8 @@ class JobContext:
         monotonic deadline (a duration, not a wall-clock time) for when heartbeats cannot reach
         the database.
         """
-        if self.lease_lost.is_set():
+        if self.lease_lost.is_set():  # also true, and signalled, once the local deadline has passed
             raise LeaseLost(f"lease of job {self.job.id} lost: {self.lease_lost_reason}")
-        if time.monotonic() >= self.lease_deadline:
-            raise LeaseLost(f"lease of job {self.job.id} not renewed in time; it may have moved")
 
     def heartbeat(self) -> None:
         """Renew now (all of this worker's leases, in one statement) and check the outcome."""
@@ -196,7 +272,8 @@ class JobContext:
         self.job = replace(self.job, checkpoint_step=step, checkpoint_data=data)
 
     @contextmanager
-    def effect(self, key: str, *, defer_seconds: float = 1.0) -> Iterator[Effect]:
+    def effect(self, key: str, *, defer_seconds: float = 1.0,
+               reconcile: Reconcile | None = None) -> Iterator[Effect]:
         """Guard a side effect with the execution store (R14).
 
         ``with ctx.effect("invoice:42:email:v1") as eff:`` — if ``eff.already_succeeded`` skip
@@ -204,32 +281,74 @@ class JobContext:
         provider's idempotency key and call ``eff.succeeded(ref)``. If another live attempt holds
         the key, the job is deferred (no attempt used). An exception inside marks the key
         ``retrying`` so a later attempt may take it over at once.
+
+        If an earlier attempt may have performed the effect without recording it (its worker
+        died, or its success could not be written), the key is *in doubt*: ``reconcile(key)``
+        asks the provider (a reference: recorded as succeeded, body skipped; None: run the body,
+        with ``eff.in_doubt`` True). Without ``reconcile`` the attempt raises
+        :class:`EffectInDoubt` and the job is dead-lettered as ambiguous.
         """
         self.check_lease()
         self.used_effect = True
+        sent = time.monotonic()
         with self._repo() as repo:
             row = repo.execution_claim(key, self.job.id, self.job.lock_token, self.lease_seconds)
-        self._dedup(row["outcome"] == "already_succeeded")
-        if row["outcome"] == "leased_by_other_worker":
+        self.effect_deadline = sent + self.lease_seconds
+        outcome, in_doubt = row["outcome"], row["outcome"] == "in_doubt"
+        if outcome == "leased_by_other_worker":
+            self._dedup(False)
             raise EffectDeferred(key, defer_seconds)
-        eff = Effect(key, row["outcome"], row["result_ref"], self)
+        ref = row["result_ref"]
+        if in_doubt:
+            outcome, ref = self._settle_doubt(key, reconcile)
+        self._dedup(outcome == "already_succeeded")
+        eff = Effect(key, outcome, ref, self, in_doubt=in_doubt)
         if self._effect_hook is not None and eff.outcome == "claimed":
             self._effect_hook(self, True)
         try:
             yield eff
         except BaseException as exc:
-            if eff.outcome == "claimed" and not eff._done:
+            if eff.outcome == "claimed" and not eff._done and not eff._unrecorded:
                 failure = classify_exception(exc) if isinstance(exc, Exception) else None
                 permanent = isinstance(failure, PermanentError)
-                with self._repo() as repo:
-                    repo.execution_fail(key, self.job.lock_token, retrying=not permanent,
-                                        error_code=failure.code if failure else "interrupted")
+                self._give_up_key(key, retrying=not permanent,
+                                  error_code=failure.code if failure else "interrupted")
             raise
         finally:
             if self._effect_hook is not None and eff.outcome == "claimed":
                 self._effect_hook(self, False)
         if eff.outcome == "claimed" and not eff._done:
             raise RuntimeError(f"effect {key!r}: call eff.succeeded(result_ref) inside the with block")
+
+    def _settle_doubt(self, key: str, reconcile: Reconcile | None) -> tuple[str, str | None]:
+        """The key is ours but in doubt: ask ``reconcile``; (``already_succeeded``, its reference)
+        or (``claimed``, None)."""
+        log.warning("effect %r is in doubt: an earlier attempt may have performed it", key, extra=self.log_extra)
+        if reconcile is None:
+            self._give_up_key(key, retrying=False, error_code="in_doubt")
+            raise EffectInDoubt(key)
+        try:
+            ref = reconcile(key)
+        except BaseException:
+            self._give_up_key(key, retrying=False, error_code="in_doubt")
+            raise
+        if ref is None:
+            return "claimed", None
+        with self._repo() as repo:
+            ok = repo.execution_succeed(key, self.job.lock_token, ref)
+        if not ok:
+            self._count_stale("effect_succeed")
+            raise LeaseLost(f"effect {key!r} was taken over by another attempt")
+        return "already_succeeded", ref
+
+    def _give_up_key(self, key: str, *, retrying: bool, error_code: str) -> None:
+        """Best effort: a key that cannot be given up stays in flight, and in doubt for the next attempt."""
+        try:
+            with self._repo() as repo:
+                repo.execution_fail(key, self.job.lock_token, retrying=retrying, error_code=error_code)
+        except psycopg.Error as exc:
+            log.warning("could not give up effect %r (%s); the next attempt finds it in doubt", key,
+                        first_line(exc), extra=self.log_extra)
 
     _dedup_hook: Callable[[bool], None] | None = None
     _effect_hook: Callable[[JobContext, bool], None] | None = None

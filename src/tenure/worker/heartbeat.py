@@ -11,17 +11,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 
-from tenure.core.db import connect
-from tenure.core.errors import ConfigError
+from tenure.core.errors import ConfigError, first_line
 from tenure.core.repository import Repository
+from tenure.core.service import ServiceConnection, run_service
 from tenure.worker.context import JobContext
 from tenure.worker.metrics import WorkerMetrics
+from tenure.worker.slots import Slots
 
 log = logging.getLogger("tenure.heartbeat")
 
@@ -60,64 +60,80 @@ class HeartbeatConfig:
 
 
 class Heartbeater:
-    """Renews the leases in ``held`` (job id -> context), a dict owned by the worker."""
+    """Renews the leases of the jobs ``slots`` holds; reads them as a snapshot, never the live state."""
 
-    def __init__(self, config: HeartbeatConfig, *, dsn: str, schema: str, worker_id: str,
-                 held: dict[int, JobContext], metrics: WorkerMetrics | None,
-                 on_lost: Callable[[JobContext, str], None],
-                 effects: dict[uuid.UUID, JobContext] | None = None) -> None:
+    def __init__(self, config: HeartbeatConfig, *, dsn: str, schema: str, worker_id: str, slots: Slots,
+                 metrics: WorkerMetrics | None, on_lost: Callable[[JobContext, str], None]) -> None:
         config.validate()
         self.config = config
-        self.dsn, self.schema, self.worker_id = dsn, schema, worker_id
-        self.held = held
-        self.effects = effects if effects is not None else {}
+        self.schema, self.worker_id = schema, worker_id
+        self.slots = slots
         self.metrics = metrics
         self.on_lost = on_lost
         self.last_success = time.monotonic()
-        self._conn: psycopg.Connection[dict[str, object]] | None = None
-        self._wake = threading.Event()
-        self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._conn = ServiceConnection(dsn, f"tenure-heartbeat:{worker_id}", stop=self._stop, log=log)
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def _repo(self) -> Repository:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.dsn, application_name=f"tenure-heartbeat:{self.worker_id}")
-        return Repository(self._conn, self.schema)
+        return Repository(self._conn.get(retry=False), self.schema)
 
     def run_once(self) -> int:
         """One renewal of every held lease; returns how many were lost. Raises on DB errors."""
         with self._lock:
-            snapshot = dict(self.held)
+            taken = self.slots.snapshot()
+            snapshot, effects = taken.held, taken.effects
             sent_at = time.monotonic()
+            overdue = {jid for jid, held in snapshot.items() if sent_at >= held.lease_deadline}
+            for jid in overdue:
+                # Not renewed in time (a freeze, an unreachable database): the lease may have
+                # moved, so it is lost as far as this worker knows, whatever the database says.
+                # It still goes into the statement, so a real loss is recorded as evidence.
+                held = snapshot[jid]
+                if self.metrics:
+                    self.metrics.leases_lost.labels(held.job.queue, held.job.task).inc()
+                self.on_lost(held, held.deadline_reason())
+            lost = len(overdue)
             try:
                 outcomes = self._repo().heartbeat(
                     self.worker_id, [(jid, ctx.lock_token) for jid, ctx in snapshot.items()],
-                    self.config.lease, self.config.max_lease_total, list(self.effects.copy()),
+                    self.config.lease, self.config.max_lease_total, list(effects),
                     self.config.max_effect_hold)
-            except psycopg.Error:
-                if self._conn is not None:
-                    self._conn.close()
+            except Exception:
+                self._conn.reset()
                 raise
             rtt = time.monotonic() - sent_at
+            key_deadline = sent_at + self.config.lease
+            for holder in effects.values():
+                holder.effect_deadline = max(holder.effect_deadline, key_deadline)
             if self.metrics:
                 self.metrics.heartbeat_rtt.observe(rtt)
                 self.metrics.heartbeat_timestamp.set_to_current_time()
             self.last_success = time.monotonic()
-            lost = 0
             for outcome in outcomes:
                 ctx = snapshot.get(outcome.id)
                 if ctx is None:
                     continue
                 labels = (ctx.job.queue, ctx.job.task)
+                if outcome.id in overdue:
+                    if outcome.outcome == "lost":  # already told; the database confirms: record it
+                        self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat",
+                                                        "token no longer current")
+                        if self.metrics:
+                            self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
+                    continue  # a renewal of a lease already given up changes nothing here
                 if outcome.outcome == "renewed":
                     # The DB granted `remaining` seconds from its own now(); counting them from our
                     # send time is a safe lower bound, whatever the clocks say.
-                    ctx.lease_deadline = sent_at + (outcome.remaining_seconds or 0.0)
+                    remaining = outcome.remaining_seconds or 0.0
+                    ctx.lease_deadline = sent_at + remaining
+                    # now() is fixed within the statement: less than a full lease means the cap.
+                    ctx.lease_capped = remaining < self.config.lease - 1e-6
                     if self.metrics:
                         self.metrics.lease_extensions.labels(*labels).inc()
                     continue
-                if self.held.get(outcome.id) is not ctx:
+                if not self.slots.holds(ctx):
                     continue  # finished while we were renewing: not a loss
                 lost += 1
                 reason = {"max_lease_reached": "maximum total lease reached",
@@ -137,7 +153,7 @@ class Heartbeater:
         try:
             self.run_once()
         except psycopg.Error as exc:
-            log.warning("manual heartbeat failed: %s", exc)
+            log.warning("manual heartbeat failed: %s", first_line(exc))
 
     def healthy(self) -> tuple[bool, str]:
         """Liveness: the loop succeeded within three intervals."""
@@ -152,19 +168,21 @@ class Heartbeater:
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
+        self._conn.close()
 
     def _loop(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                self.run_once()
-                failures = 0
-            except psycopg.Error as exc:
-                failures += 1
-                log.warning("heartbeat failed (%d in a row): %s", failures, str(exc).splitlines()[0] if str(exc) else exc)
-            self._stop.wait(self.config.interval if failures == 0 else min(self.config.interval, 1.0))
+        retry = min(self.config.interval, 1.0)
+        run_service("heartbeat", self._step, stop=self._stop, conn=self._conn, log=log,
+                    error_pause=retry, max_error_pause=retry)
+
+    def _step(self, conn: ServiceConnection) -> float:
+        self.run_once()
+        return max(0.0, min(self.config.interval, self._until_next_deadline()))
+
+    def _until_next_deadline(self) -> float:
+        """Seconds until the earliest local lease deadline (so lease loss is signalled, and async
+        handlers cancelled, at the deadline even while renewals fail)."""
+        deadlines = [ctx.lease_deadline for ctx in self.slots.snapshot().held.values()]
+        return (min(deadlines) - time.monotonic() + 0.001) if deadlines else float("inf")

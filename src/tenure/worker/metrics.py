@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+STALE_WRITE_OPERATIONS = ("complete", "retry", "dead_letter", "release", "checkpoint", "heartbeat", "effect_succeed")
+"""Values of the ``operation`` label of ``tenure_stale_writes_rejected_total``: the write the
+token CAS refused. They match the ``operation`` that ``job_events`` records for the same write."""
+
 RUNTIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
@@ -25,8 +29,11 @@ class WorkerMetrics:
                                [*qt, "error_code"], registry=registry)
         self.dead_lettered = Counter("tenure_jobs_dead_lettered", "Failures moved to the dead-letter queue.",
                                      [*qt, "error_code"], registry=registry)
-        self.released = Counter("tenure_jobs_released", "Jobs handed back on shutdown or deferral.", qt,
+        self.released = Counter("tenure_jobs_released", "Jobs handed back on shutdown (SIGTERM drain).", qt,
                                 registry=registry)
+        self.deferred = Counter("tenure_jobs_deferred",
+                                "Jobs handed back because another live attempt holds their effect's idempotency key.",
+                                qt, registry=registry)
         self.timeouts = Counter("tenure_job_timeouts", "Attempts that ran past their task's timeout.", qt,
                                 registry=registry)
         self.cancelled_running = Counter("tenure_jobs_cancelled_while_running",

@@ -287,6 +287,31 @@ WITH input AS (
 )
 SELECT id, queue_name, dead FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
 
+-- name: reaper_cycle_record
+-- Count one finished reaper cycle (any reaper: CronJob, loop or in-worker) with its duration and jobs reaped, by the DB clock.
+INSERT INTO {schema}.reaper_cycles AS c (id, cycles, last_finished_at, last_seconds, last_reaped, last_reaper_id)
+VALUES (true, 1, now(), %(seconds)s, %(reaped)s, %(reaper_id)s)
+ON CONFLICT (id) DO UPDATE
+SET cycles = c.cycles + 1, last_finished_at = now(), last_seconds = excluded.last_seconds,
+    last_reaped = excluded.last_reaped, last_reaper_id = excluded.last_reaper_id;
+
+-- name: reaper_cycle_get
+-- The reaper cycle counter and the last cycle (no row before any reaper ran), for the exporter.
+SELECT cycles, extract(epoch FROM last_finished_at)::float8 AS last_finished_epoch,
+       last_seconds, last_reaped
+FROM {schema}.reaper_cycles WHERE id;
+
+-- name: job_reap_counts
+-- Reaped jobs ever, per queue, outcome (requeued / dead_lettered) and owner status at reap time, from the audited reap events.
+SELECT queue_name AS queue,
+       CASE WHEN event = 'reaped_to_dead_letter' THEN 'dead_lettered' ELSE 'requeued' END AS outcome,
+       coalesce(detail->>'owner_status', 'unknown') AS owner_status,
+       count(*)::bigint AS reaped
+FROM {schema}.job_events
+WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
 -- name: job_get
 -- One job by id, with the DB clock's view of its lease.
 SELECT j.*, now() AS db_now, (j.status = 'running' AND j.lease_expires_at < now()) AS lease_expired
@@ -410,20 +435,24 @@ DELETE FROM {schema}.workers
 WHERE coalesce(stopped_at, last_seen_at) < now() - make_interval(secs => %(older_than)s);
 
 -- name: execution_claim
--- Atomically claim an idempotency key (R14): insert, or take over only a non-succeeded key whose lease has expired.
+-- Atomically claim an idempotency key (R14): insert, or take over only a non-succeeded key whose lease has expired; a key left in flight (or given up in doubt) is taken over in doubt.
 WITH claimed AS (
     INSERT INTO {schema}.job_executions AS e (idempotency_key, status, job_id, lock_token, lease_until)
     VALUES (%(key)s, 'processing', %(job_id)s, %(token)s, now() + make_interval(secs => %(lease)s))
     ON CONFLICT (idempotency_key) DO UPDATE
     SET status = 'processing', job_id = excluded.job_id, lock_token = excluded.lock_token,
         lease_until = excluded.lease_until, attempt_count = e.attempt_count + 1,
-        claimed_at = now(), updated_at = now()
+        claimed_at = now(), updated_at = now(),
+        -- The previous holder recorded neither success nor failure: its body may have run.
+        last_error_code = CASE WHEN (e.status = 'processing' AND e.lock_token IS DISTINCT FROM excluded.lock_token)
+                                    OR e.last_error_code = 'in_doubt' THEN 'in_doubt' END
     WHERE e.status <> 'succeeded'
       AND (e.status IN ('retrying', 'failed') OR e.lease_until IS NULL OR e.lease_until < now()
            OR e.lock_token = excluded.lock_token)
-    RETURNING e.attempt_count
+    RETURNING e.attempt_count, e.last_error_code
 )
-SELECT 'claimed' AS outcome, NULL::text AS result_ref, attempt_count FROM claimed
+SELECT CASE WHEN last_error_code = 'in_doubt' THEN 'in_doubt' ELSE 'claimed' END AS outcome,
+       NULL::text AS result_ref, attempt_count FROM claimed
 UNION ALL
 SELECT CASE WHEN e.status = 'succeeded' THEN 'already_succeeded' ELSE 'leased_by_other_worker' END,
        e.result_ref, e.attempt_count
@@ -543,6 +572,10 @@ SELECT queue_name, task, count(*)::bigint AS runs,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime)::float8 AS p99,
        max(runtime)::float8 AS max
 FROM runs GROUP BY queue_name, task ORDER BY queue_name, task;
+
+-- name: queue_listen
+-- Subscribe this connection to the schema's wake-up channel (notified on enqueue, release and requeue).
+LISTEN {channel};
 
 -- name: db_now
 -- The database clock, the only clock leases are judged by.

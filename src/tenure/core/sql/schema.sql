@@ -116,7 +116,17 @@ CREATE TABLE job_executions (
 );
 CREATE INDEX job_executions_processing_idx ON job_executions (lock_token) WHERE status = 'processing';
 
--- Per-queue controls (pause, global running limit), one row per queue ever paused or limited.
+-- One row counting every reaper cycle (any reaper process), for the exporter (0003).
+CREATE TABLE reaper_cycles (
+    id                boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    cycles            bigint      NOT NULL DEFAULT 0,
+    last_finished_at  timestamptz NOT NULL DEFAULT now(),
+    last_seconds      double precision NOT NULL DEFAULT 0,
+    last_reaped       integer     NOT NULL DEFAULT 0,
+    last_reaper_id    text
+);
+
+-- Per-queue controls (pause, global running limit), one row per queue ever paused or limited (0004).
 CREATE TABLE queues (
     name         text PRIMARY KEY,
     paused       boolean     NOT NULL DEFAULT false,
@@ -126,7 +136,7 @@ CREATE TABLE queues (
     updated_at   timestamptz NOT NULL DEFAULT now()
 );
 
--- Periodic schedules: the last slot enqueued per schedule (bounds catch-up, survives pruning).
+-- Periodic schedules: the last slot enqueued per schedule (bounds catch-up, survives pruning) (0004).
 CREATE TABLE periodic_schedules (
     name            text PRIMARY KEY,
     task            text        NOT NULL,

@@ -1,4 +1,4 @@
--- 0003_job_control: cancel, priorities, pause/resume, a global per-queue running limit and
+-- 0004_job_control: cancel, priorities, pause/resume, a global per-queue running limit and
 -- periodic schedules (issue 14). Nothing here uses the new enum value: PostgreSQL refuses a
 -- value added by ALTER TYPE ... ADD VALUE inside the transaction that added it.
 ALTER TYPE job_status ADD VALUE IF NOT EXISTS 'cancelled';

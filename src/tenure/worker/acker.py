@@ -1,0 +1,155 @@
+"""The acknowledgement thread (River's completer): writes outcomes in batches, on its own
+connection, as compare-and-sets on each attempt's token.
+
+All completions of a batch go in one statement; retries, dead-letters and releases one each.
+A lost connection is retried until the outcome is written (a worker owes its verdicts even
+while it stops). A batch the database *refuses* (a row it cannot store) must not block the
+others: the rest of the batch is then written one by one, and an outcome that still fails is
+given up (its lease expires and the reaper recovers the job). Limits: outcomes waiting here are
+lost if the process dies; lease expiry covers that.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from tenure.core.db import Connection
+from tenure.core.errors import first_line
+from tenure.core.redaction import Redaction
+from tenure.core.repository import Repository
+from tenure.core.service import ServiceConnection
+from tenure.worker.metrics import WorkerMetrics
+from tenure.worker.outcomes import Outcome
+from tenure.worker.slots import Slots
+
+log = logging.getLogger("tenure.worker")
+
+RETRY_PAUSE_DEFAULT = 0.5
+"""Seconds between two tries of a batch whose connection was lost."""
+
+
+_STALE_OPERATION = {"retry": "retry", "dead": "dead_letter", "release": "release"}
+"""The ``operation`` label (metrics.STALE_WRITE_OPERATIONS) of a rejected outcome write."""
+
+
+class Acker:
+    """Owns the outcome queue and the thread that drains it."""
+
+    def __init__(self, *, dsn: str, schema: str, worker_id: str, slots: Slots, metrics: WorkerMetrics,
+                 completed: Callable[[tuple[str, str]], Any], redaction: Redaction = Redaction()) -> None:
+        self.schema, self.worker_id = schema, worker_id
+        self.slots, self.metrics, self.redaction = slots, metrics, redaction
+        self._completed = completed
+        """The completed-jobs counter child of a (queue, task), cached by the runtime."""
+        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._conn = ServiceConnection(dsn, f"tenure-ack:{worker_id}", log=log, retry_after_stop=True)
+        self._thread: threading.Thread | None = None
+
+    def put(self, outcome: Outcome) -> None:
+        self._queue.put(outcome)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="tenure-ack", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Write what is queued, then end the thread."""
+        self._queue.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+
+    def run(self) -> None:
+        stop = False
+        while not stop:
+            batch, stop = self._next_batch()
+            while batch:
+                try:
+                    batch = self.write(Repository(self._conn.get(), self.schema), batch)
+                except psycopg.OperationalError as exc:
+                    log.warning("acknowledgement failed, retrying: %s", first_line(exc))
+                    self._conn.reset()
+                    threading.Event().wait(RETRY_PAUSE_DEFAULT)
+        self._conn.close()
+
+    def _next_batch(self) -> tuple[list[Outcome], bool]:
+        first = self._queue.get()
+        batch = [] if first is None else [first]
+        stop = first is None
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return batch, stop
+            if item is None:
+                stop = True
+            else:
+                batch.append(item)
+
+    def write(self, repo: Repository, batch: list[Outcome]) -> list[Outcome]:
+        """Write ``batch``; returns what is left to retry after a lost connection (raised as
+        OperationalError). A refused batch falls back to one by one for what was not written."""
+        done: list[Outcome] = []
+        try:
+            self._write(repo, batch, done)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            log.warning("acknowledgement batch refused, writing one by one: %s", first_line(exc))
+            if done:
+                self.slots.acked(len(done))
+            for outcome in [o for o in batch if not any(o is d for d in done)]:
+                self._write_single(repo.conn, outcome)
+        return []
+
+    def _write_single(self, conn: Connection, outcome: Outcome) -> None:
+        try:
+            self._write(Repository(conn, self.schema), [outcome], [])
+        except psycopg.Error as exc:
+            log.error("could not record the outcome (%s) of job %s; its lease will expire: %s",
+                      outcome.kind, outcome.ctx.job.id, first_line(exc), extra=outcome.ctx.log_extra)
+            self.slots.acked(1, written=False)
+
+    def _write(self, repo: Repository, batch: list[Outcome], done: list[Outcome]) -> None:
+        completes = [o for o in batch if o.kind == "complete"]
+        if completes:
+            accepted = repo.complete_many(self.worker_id, [(o.ctx.job.id, o.ctx.lock_token) for o in completes])
+            for o in completes:
+                labels = (o.ctx.job.queue, o.ctx.job.task)
+                if accepted.get(o.ctx.job.id):
+                    self._completed(labels).inc()
+                else:
+                    self.metrics.stale_writes.labels(*labels, "complete").inc()
+                    log.warning("completion rejected: lease had moved", extra=o.ctx.log_extra)
+            done.extend(completes)
+        for o in batch:
+            if o.kind == "complete":
+                continue
+            job, labels = o.ctx.job, (o.ctx.job.queue, o.ctx.job.task)
+            ok = True
+            if o.kind == "retry":
+                ok = repo.retry(self.worker_id, job.id, job.lock_token, delay=o.delay, error=o.error,
+                                error_code=o.error_code)
+                if ok:
+                    self.metrics.retried.labels(*labels, o.error_code).inc()
+            elif o.kind == "dead":
+                ok = repo.dead_letter(self.worker_id, job.id, job.lock_token, error=o.error,
+                                      error_code=o.error_code, sanitised_payload=self.redaction.payload(job.payload))
+                if ok:
+                    self.metrics.dead_lettered.labels(*labels, o.error_code).inc()
+                    log.error("dead-lettered (%s): %s", o.error_code, o.error.splitlines()[0] if o.error else "",
+                              extra={**o.ctx.log_extra, "error_code": o.error_code})
+            elif o.kind == "release":
+                ok = repo.release(self.worker_id, job.id, job.lock_token, delay=o.delay, event=o.event,
+                                  reason=o.reason)
+                if ok:
+                    (self.metrics.deferred if o.event == "deferred" else self.metrics.released).labels(*labels).inc()
+            if not ok:
+                self.metrics.stale_writes.labels(*labels, _STALE_OPERATION[o.kind]).inc()
+            done.append(o)
+        self.slots.acked(len(batch))

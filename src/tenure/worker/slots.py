@@ -1,0 +1,157 @@
+"""The one owner of a worker's shared state (River's producer/executor split): the jobs it
+holds, their handler futures, handler threads abandoned after a lost lease, acknowledgements
+still to be written, and the effects whose keys are in flight, all behind one lock.
+
+Every other part asks: the claim loop how many slots are free, the executor to take and
+finish a job, the heartbeat for a :class:`Snapshot` (copies, never the live dicts), the acker to
+count what it wrote, the drain to hand back what is left. "Free a slot" exists once
+(:meth:`Slots._free`). Limits: in-process only; the counts are what this process believes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from tenure.worker.context import JobContext
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the heartbeat renews: held jobs and open effects at one instant (copies)."""
+
+    held: dict[int, JobContext]
+    effects: dict[uuid.UUID, JobContext]
+
+
+class Slots:
+    """Held jobs and everything tied to them, with one lock and one condition (idle/acked)."""
+
+    def __init__(self, capacity: int, on_in_flight: Callable[[JobContext, int], None] | None = None) -> None:
+        self.capacity = capacity
+        self._on_in_flight = on_in_flight or (lambda ctx, delta: None)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._held: dict[int, JobContext] = {}
+        self._futures: dict[int, Future[Any]] = {}
+        self._abandoned: set[int] = set()
+        self._effects: dict[uuid.UUID, JobContext] = {}
+        self._pending_acks = 0
+        self.processed = 0
+
+    # -- reads ------------------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return len(self._held)
+
+    @property
+    def abandoned(self) -> int:
+        return len(self._abandoned)
+
+    def free(self) -> int:
+        with self._lock:
+            return self.capacity - len(self._held)
+
+    def busy(self) -> bool:
+        """Jobs running or outcomes not yet written (burst mode waits for neither)."""
+        with self._lock:
+            return bool(self._held) or self._pending_acks > 0
+
+    def holds(self, ctx: JobContext) -> bool:
+        with self._lock:
+            return self._held.get(ctx.job.id) is ctx
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(dict(self._held), dict(self._effects))
+
+    # -- the executor -------------------------------------------------------------------------
+    def take(self, ctx: JobContext) -> None:
+        with self._lock:
+            self._held[ctx.job.id] = ctx
+        self._on_in_flight(ctx, 1)
+
+    def attach(self, ctx: JobContext, future: Future[Any]) -> None:
+        with self._lock:
+            if self._held.get(ctx.job.id) is ctx:
+                self._futures[ctx.job.id] = future
+
+    def finish(self, ctx: JobContext) -> None:
+        """The handler returned: free its slot (unless a lost lease already did) and owe an ack."""
+        with self._lock:
+            self._free(ctx)
+            self._futures.pop(ctx.job.id, None)
+            self._abandoned.discard(ctx.job.id)
+            self._pending_acks += 1
+            self._changed.notify_all()
+
+    def lose(self, ctx: JobContext, *, is_async: bool, owe_ack: bool = False) -> bool:
+        """The lease is lost (or the attempt timed out): free the slot now so the worker keeps
+        serving; a sync handler still running is counted as abandoned until it returns.
+        ``owe_ack``: the caller writes an outcome for this attempt (a timeout's retry). False if
+        not held (any more), and then nothing is owed."""
+        with self._lock:
+            if not self._free(ctx):
+                return False
+            fut = self._futures.get(ctx.job.id)
+            if fut is not None and not fut.done() and not is_async:
+                self._abandoned.add(ctx.job.id)
+            if owe_ack:
+                self._pending_acks += 1
+            self._changed.notify_all()
+            return True
+
+    def _free(self, ctx: JobContext) -> bool:
+        """The one place a slot is freed (caller holds the lock)."""
+        if self._held.get(ctx.job.id) is not ctx:
+            return False
+        del self._held[ctx.job.id]
+        self._on_in_flight(ctx, -1)
+        return True
+
+    # -- effects --------------------------------------------------------------------------------
+    def effect_changed(self, ctx: JobContext, opened: bool) -> None:
+        """A claimed effect opened (its key is renewed by the heartbeat) or closed."""
+        with self._lock:
+            if opened:
+                self._effects[ctx.lock_token] = ctx
+            else:
+                self._effects.pop(ctx.lock_token, None)
+
+    # -- acknowledgements and the drain ---------------------------------------------------------
+    def owe_acks(self, count: int) -> None:
+        with self._lock:
+            self._pending_acks += count
+
+    def acked(self, count: int, *, written: bool = True) -> None:
+        """``count`` outcomes are done with (written, or given up when ``written`` is False)."""
+        with self._lock:
+            self._pending_acks -= count
+            if written:
+                self.processed += count
+            self._changed.notify_all()
+
+    def wait_idle(self, deadline: float) -> None:
+        """Until no job runs or the monotonic ``deadline`` passes."""
+        with self._lock:
+            while self._held and time.monotonic() < deadline:
+                self._changed.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def take_all(self) -> list[JobContext]:
+        """Hand back every job still held (the drain timed out); each now owes an ack."""
+        with self._lock:
+            left = list(self._held.values())
+            for ctx in left:
+                self._free(ctx)
+            self._pending_acks += len(left)
+            return left
+
+    def wait_acked(self, deadline: float) -> None:
+        with self._lock:
+            while self._pending_acks > 0 and time.monotonic() < deadline:
+                self._changed.wait(timeout=0.2)
