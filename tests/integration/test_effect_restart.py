@@ -115,7 +115,7 @@ def _execution(dsn: str) -> dict[str, Any]:
 def _worker(app: App, server: EmbeddedServer, lease: float) -> Worker:
     return Worker(app, WorkerConfig(concurrency=2, poll_interval=0.1,
                                     heartbeat=HeartbeatConfig(lease=lease, interval=lease / 4),
-                                    reaper_interval=0.2, reaper=ReaperConfig(grace=lease / 4)),
+                                    reaper=ReaperConfig(grace=lease / 4, interval=0.2)),
                   dsn=server.dsn, schema=SCHEMA, registry=CollectorRegistry())
 
 

@@ -109,6 +109,7 @@ def test_stale_worker_cannot_write_after_its_lease_moved(repo: Repository, stale
     elif stale_write == "heartbeat":
         [outcome] = repo.heartbeat("worker-a", [(job_id, a.lock_token)], 30, 3600)
         assert outcome.outcome == "lost"
+        repo.record_stale_write(job_id, a.lock_token, "worker-a", "heartbeat")  # what the heartbeater does
     elif stale_write == "retry":
         assert not repo.retry("worker-a", job_id, a.lock_token, delay=0, error="x", error_code="timeout")
     elif stale_write == "dead_letter":
@@ -124,6 +125,10 @@ def test_stale_worker_cannot_write_after_its_lease_moved(repo: Repository, stale
         assert "stale_completion_rejected" in events
     elif stale_write != "heartbeat":
         assert "stale_write_rejected" in events
+    # Issue 12: the rejection names the stale attempt's own number (never null).
+    [rejected] = [e for e in repo.job_events(job_id) if e["lock_token"] == a.lock_token
+                  and e["event"] in ("stale_completion_rejected", "stale_write_rejected", "heartbeat_lost")]
+    assert rejected["attempt"] == a.attempt == 1
     # B still owns it and can finish.
     assert repo.complete_many("worker-b", [(job_id, b.lock_token)]) == {job_id: True}
     assert events.count("completed") == 0 and _events(repo, job_id).count("completed") == 1

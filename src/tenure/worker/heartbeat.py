@@ -75,6 +75,8 @@ class Heartbeater:
         self._conn = ServiceConnection(dsn, f"tenure-heartbeat:{worker_id}", stop=self._stop, log=log)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._unconfirmed: dict[int, JobContext] = {}
+        """Leases lost locally (deadline passed) whose database verdict is still to be recorded."""
 
     def _repo(self) -> Repository:
         return Repository(self._conn.get(retry=False), self.schema)
@@ -87,6 +89,7 @@ class Heartbeater:
             sent_at = time.monotonic()
             overdue = {jid for jid, held in snapshot.items() if sent_at >= held.lease_deadline}
             for jid in overdue:
+                self._unconfirmed[jid] = snapshot[jid]
                 # Not renewed in time (a freeze, an unreachable database): the lease may have
                 # moved, so it is lost as far as this worker knows, whatever the database says.
                 # It still goes into the statement, so a real loss is recorded as evidence.
@@ -95,6 +98,11 @@ class Heartbeater:
                     self.metrics.leases_lost.labels(held.job.queue, held.job.task).inc()
                 self.on_lost(held, held.deadline_reason())
             lost = len(overdue)
+            # Locally lost leases ride along until the database answers (a restart may fail
+            # several beats), so a real loss is recorded as heartbeat_lost evidence.
+            for jid, held in self._unconfirmed.items():
+                snapshot.setdefault(jid, held)
+            overdue = set(self._unconfirmed)
             try:
                 outcomes = self._repo().heartbeat(
                     self.worker_id, [(jid, ctx.lock_token) for jid, ctx in snapshot.items()],
@@ -117,10 +125,12 @@ class Heartbeater:
                     continue
                 labels = (ctx.job.queue, ctx.job.task)
                 if outcome.id in overdue:
-                    if outcome.outcome == "lost":  # already told; the database confirms: record it
-                        self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat",
-                                                        "token no longer current")
-                        if self.metrics:
+                    self._unconfirmed.pop(outcome.id, None)
+                    if outcome.outcome != "renewed":  # already told; the database confirms: record it
+                        why = ("maximum total lease reached" if outcome.outcome == "max_lease_reached"
+                               else "token no longer current")
+                        self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", why)
+                        if self.metrics and outcome.outcome == "lost":
                             self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
                     continue  # a renewal of a lease already given up changes nothing here
                 if outcome.outcome == "renewed":

@@ -156,8 +156,11 @@ WITH done AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt)
     SELECT id, queue_name, 'completed', token, %(worker_id)s, attempt_count FROM updated
 ), rejected AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, reason)
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
     SELECT d.id, coalesce(j.queue_name, ''), 'stale_completion_rejected', d.token, %(worker_id)s,
+           -- the stale attempt's own number, from its claim (the job's count has moved on)
+           (SELECT c.attempt FROM {schema}.job_events c
+            WHERE c.job_id = d.id AND c.lock_token = d.token AND c.event = 'claimed' LIMIT 1),
            'token no longer current'
     FROM done d LEFT JOIN {schema}.jobs j ON j.id = d.id
     WHERE NOT EXISTS (SELECT 1 FROM updated u WHERE u.id = d.id)
@@ -232,9 +235,12 @@ RETURNING id;
 
 -- name: job_event_stale_write
 -- Record a rejected stale write (heartbeat, retry, dead-letter, release, checkpoint) for the audit trail.
-INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, reason, detail)
+INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
 SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s), ''),
-       %(event)s, %(token)s, %(worker_id)s, %(reason)s, jsonb_build_object('operation', %(operation)s::text);
+       %(event)s, %(token)s, %(worker_id)s,
+       (SELECT c.attempt FROM {schema}.job_events c
+        WHERE c.job_id = %(id)s AND c.lock_token = %(token)s AND c.event = 'claimed' LIMIT 1),
+       %(reason)s, jsonb_build_object('operation', %(operation)s::text);
 
 -- name: job_reap_candidates
 -- Lock (SKIP LOCKED) a bounded batch of running jobs whose lease expired more than `grace` ago (R7); owners judged by the registry.
