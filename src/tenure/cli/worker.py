@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
                    help="run an in-process reaper every S seconds (0: leave it to `tenure reaper`)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     p.add_argument("--priority-aging", type=duration, default=rt_mod.PRIORITY_AGING_DEFAULT,
-                   help="a job ready this long is claimed before any priority, oldest first (starvation bound)")
+                   help="a job ready this long is claimed before any priority, oldest first "
+                        "(starvation bound; default %(default)gs)")
     p.add_argument("--no-scheduler", action="store_true",
                    help="do not enqueue the app's periodic jobs from this process")
     p.add_argument("--retry-max-attempts", type=positive_int,

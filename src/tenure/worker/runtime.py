@@ -44,10 +44,10 @@ from tenure.reaper.reaper import Reaper, ReaperConfig
 from tenure.worker.app import App
 from tenure.worker.executor import Executor
 from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
-from tenure.worker.periodic import Schedule, Scheduler
 from tenure.worker.metrics import WorkerMetrics
 from tenure.worker.notify import Listener, Wakeup
 from tenure.worker.outcomes import Outcome
+from tenure.worker.periodic import Schedule, Scheduler
 
 log = logging.getLogger("tenure.worker")
 
