@@ -5,6 +5,11 @@
 -- Jobs finished so far (completed partial index: cheap even at 1M rows).
 SELECT count(*)::bigint AS n FROM {schema}.jobs WHERE status = 'completed';
 
+-- name: tenure_remaining
+-- Jobs not finished yet (pending or running; two partial indexes, shrinking as the backlog drains).
+SELECT (SELECT count(*) FROM {schema}.jobs WHERE status = 'pending')
+     + (SELECT count(*) FROM {schema}.jobs WHERE status = 'running') AS n;
+
 -- name: tenure_running_count
 -- Jobs currently leased.
 SELECT count(*)::bigint AS n FROM {schema}.jobs WHERE status = 'running';

@@ -27,13 +27,14 @@ import psutil
 import psycopg
 
 from bench import stats
+from bench.compare import CONTENDERS, scenario_compare
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 from bench.systems import BEST_DRAIN, SYSTEMS, Progress, WorkerPlan, fill, install, parse_plan, producer_cmd, worker_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DATADIR_DEFAULT = Path(os.environ.get("TENURE_BENCH_HOME", Path.home() / ".cache" / "tenure-bench")) / "pgdata"
-SCENARIOS = ("floor", "sweep", "drain", "latency", "reaper", "scale", "heartbeat", "rss")
+SCENARIOS = ("compare", "floor", "sweep", "drain", "latency", "reaper", "scale", "heartbeat", "rss")
 POLL = 0.05
 
 
@@ -588,7 +589,7 @@ def scenario_rss(server: Server, args: argparse.Namespace, rep: Report) -> None:
 
 RUNNERS = {"floor": scenario_floor, "sweep": scenario_sweep, "drain": scenario_drain, "latency": scenario_latency,
            "reaper": scenario_reaper, "scale": scenario_scale, "heartbeat": scenario_heartbeat,
-           "rss": scenario_rss}
+           "rss": scenario_rss, "compare": scenario_compare}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -603,6 +604,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=30.0,
                         help="cap on one drain window; slower systems are measured over what they finish")
     parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument("--backlog", type=int, default=0,
+                        help="compare: jobs per run (default 40,000; 10,000 with --quick)")
+    parser.add_argument("--contender", dest="contenders", action="append", choices=sorted(CONTENDERS),
+                        help="compare: contenders to run (repeatable; default: tenure, pgqueuer, their "
+                             "out-of-the-box configurations and the SQL floor)")
+    parser.add_argument("--base-src", type=Path, default=None,
+                        help="compare: a directory holding an older src/tenure for the *-base contenders "
+                             "(e.g. `git archive OLD src | tar -x -C DIR`, then DIR/src)")
     parser.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
     parser.add_argument("--output", type=Path, help="JSON results file (default bench/results/<time>.json)")
     args = parser.parse_args(argv)

@@ -75,4 +75,4 @@ def test_stats_for_one_queue_shows_in_flight_p95_lag_and_redelivered(repo: Repos
     header, row = table.stdout.splitlines()[:2]
     values = dict(zip(header.split(), row.split()))
     assert values["running"] == "2" and values["in_flight"] == "1", table.stdout
-    assert "hb_lag_p95" in values and "hb_lag_max" in values and "redeliv" in values, table.stdout
+    assert "hb_lag_p95" in values and "hb_lag_max" in values and "redelivered" in values, table.stdout

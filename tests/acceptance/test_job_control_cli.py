@@ -80,8 +80,10 @@ def test_priority_cancel_retry_list_and_bad_input(cli_env: dict[str, str], tmp_p
     _ok(env, "worker", "--app", "acceptance_tasks:app", "--queue", "default", "--burst", "--concurrency", "1",
         "--claim-batch", "1", "--heartbeat", "1s", "--lease", "5s")
     with connect(env["TENURE_DATABASE_URL"]) as conn:
+        # A claim writes no audit row: the record that ends each attempt carries its start.
         claims = conn.execute(
-            f"SELECT job_id FROM \"{env['TENURE_SCHEMA']}\".job_events WHERE event = 'claimed' ORDER BY id").fetchall()
+            f"SELECT job_id FROM \"{env['TENURE_SCHEMA']}\".job_events WHERE detail ? 'started_at' "
+            "ORDER BY (detail ->> 'started_at')::timestamptz, id").fetchall()
     order = [int(r["job_id"]) for r in claims]  # type: ignore[call-overload]
     assert order.index(high) < order.index(low)
 

@@ -11,14 +11,14 @@ pytestmark = pytest.mark.chaos
 
 
 def test_same_seed_same_plan_and_every_fault_planned() -> None:
-    config = ChaosConfig(jobs=300, kills_per_kind=3, hangs=2, sigstops=2, partitions=2, pg_restarts=1, seed=7,
-                         cancels=4, queue_pauses=1, timeouts=2)
+    config = ChaosConfig(jobs=300, kills_per_kind=3, hangs=2, sigstops=2, partitions=2, pg_restarts=1, gap_restarts=2,
+                         seed=7, cancels=4, queue_pauses=1, timeouts=2)
     a = make_plan(config, can_partition=True, can_restart=True)
     assert a == make_plan(config, can_partition=True, can_restart=True)
     assert a != make_plan(ChaosConfig(**{**config.__dict__, "seed": 8}), can_partition=True, can_restart=True)
     kinds = sorted(a.markers.values())
     assert kinds == sorted(["kill_before_effect", "kill_after_effect", "kill_during_ack"] * 3 + ["hang"] * 2
-                           + ["overrun"] * 2)
+                           + ["overrun"] * 2 + ["restart_in_gap"] * 2)
     assert all(15 <= n < 270 for n in a.markers)  # inside production, never the first or last jobs
     assert sorted(t.kind for t in a.timed) == sorted(["sigstop"] * 2 + ["partition_drop", "partition_blackhole",
                                                                         "pg_restart", "queue_pause"]

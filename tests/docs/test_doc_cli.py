@@ -274,7 +274,7 @@ def test_runbook_dlq_replay_commands_validate(db_env: dict[str, str], schema: st
                 assert repo.dead_letter("w", job.id, job.lock_token, error="boom", error_code="upstream_5xx")
             dry = _run(env, *args)
             assert dry.returncode == 0, f"{mention.where}: {dry.stderr}"
-            assert f"would replay {good.id} " in dry.stdout and f"would skip {bad.id}: " in dry.stdout, dry.stdout
+            assert f"would replay {good.id}\n" in dry.stdout and f"would skip {bad.id}: " in dry.stdout, dry.stdout
             assert repo.queue_stats("default")[0].failed == 2, "a dry run moved jobs"
             real = _run(env, *[a for a in args if a != "--dry-run"])
             assert real.returncode == 0, real.stderr

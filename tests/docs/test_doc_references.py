@@ -223,22 +223,23 @@ def test_readme_handler_context_is_what_handlers_get() -> None:
 
 
 def test_readme_invalid_cron_schedule_is_refused() -> None:
-    """README (Kubernetes): the CRD's rules refuse "a valid cron schedule" that is not one. A
-    schedule of the right shape but out of range (`99 99 99 99 99`) must be refused by the API
-    server's rule or, where CEL cannot check it, by the operator's spec validation (Degraded)."""
+    """README (Kubernetes): the API server checks the schedule's shape and the operator its
+    field values, with `Degraded`/`InvalidSchedule`. A schedule of the right shape but out of
+    range (`99 99 99 99 99`) must be refused by the API server's rule or by the operator's spec
+    validation, as the README says."""
     import yaml
 
     from tenure.operator import crd
     from tenure.operator.spec import SpecError, parse_spec
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8").replace("\n", " ")
-    assert "valid cron schedule" in readme
+    assert "cron schedule of the right shape" in readme and "`InvalidSchedule`" in readme
     example = next(d for d in yaml.safe_load_all((ROOT / "examples/jobqueue.yaml").read_text(encoding="utf-8"))
                    if d and d.get("kind") == "JobQueue")
     spec = {**example["spec"], "reaper": {**example["spec"].get("reaper", {}), "schedule": "99 99 99 99 99"}}
     by_api_server = not re.match(crd.CRON_SHAPE_REGEX, "99 99 99 99 99")
     try:
-        parse_spec(spec)
+        parse_spec(spec).validate()
         by_operator = False
     except SpecError:
         by_operator = True

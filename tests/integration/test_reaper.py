@@ -26,7 +26,7 @@ def test_reaper_leaves_a_heartbeating_job_alone_however_long_it_runs(dsn: str, s
     [job] = repo.claim("w", ["default"], 1, 0.5)
     reaper = _reaper(dsn, schema)
     end = time.monotonic() + 2.5  # five lease lengths
-    while time.monotonic() < end:
+    while time.monotonic() < end or reaper.cycles <= 10:  # both: a loaded machine runs fewer cycles
         repo.heartbeat("w", [(job_id, job.lock_token)], 0.5, 3600)
         assert reaper.run_once() == []
         time.sleep(0.1)

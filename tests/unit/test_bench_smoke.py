@@ -97,3 +97,28 @@ def test_bench_sql_file_parses_with_the_schema_substituted() -> None:
     assert "{schema}" not in "".join(q.values())
     script = FLOOR_SCRIPT.read_text()
     assert "SKIP LOCKED" in script and "j.token = d.token" in script
+
+
+def _result(key: str, steady: float, e2e: float) -> object:
+    from bench.compare import CompareResult
+    return CompareResult(key=key, jobs=1000, steady_rate=steady, e2e_rate=e2e, e2e_seconds=1000 / e2e,
+                         first_done_seconds=0.5, tail_seconds=0.1, worker_cpu_per_job_us=40.0,
+                         db_cpu_per_job_us=45.0, steady_worker_cpu_per_job_us=38.0,
+                         steady_db_cpu_per_job_us=44.0, load_average=1.0)
+
+
+def test_compare_contenders_run_the_clis_and_ratios_are_of_medians() -> None:
+    pytest.importorskip("psutil")
+    from bench.compare import CONTENDERS, table
+    tenure, oob = CONTENDERS["tenure"], CONTENDERS["tenure-oob"]
+    assert tenure.processes == 2 and "worker" in tenure.argv and "--burst" in tenure.argv
+    assert tenure.argv[tenure.argv.index("--concurrency") + 1] == "200"
+    assert "--concurrency" not in oob.argv and oob.processes == 1, "out of the box means defaults"
+    assert "drain" in CONTENDERS["pgqueuer"].argv and CONTENDERS["pgqueuer"].processes == 2
+    results = {"tenure": [_result("tenure", s, e) for s, e in ((30.0, 20.0), (10.0, 8.0), (20.0, 12.0))],
+               "pgqueuer": [_result("pgqueuer", s, e) for s, e in ((10.0, 10.0), (10.0, 10.0), (10.0, 8.0))]}
+    text, data = table(results, 1000)  # type: ignore[arg-type]
+    assert data["ratios"]["tenure/pgqueuer"]["steady"] == pytest.approx(2.0)
+    assert data["ratios"]["tenure/pgqueuer"]["e2e"] == pytest.approx(1.2)
+    assert data["ratios"]["tenure/pgqueuer"]["steady_per_run"] == pytest.approx([3.0, 1.0, 2.0])
+    assert "tenure ÷ pgqueuer" in text and "2.00×" in text

@@ -120,7 +120,8 @@ REQUIRED_ALERTS = {
     "TenureExpiredLeases", "TenureExpiredLeasesHigh", "TenureHeartbeatLagHigh",
     "TenureOldestRunningJobTooOld", "TenureReaperTooAggressive", "TenureDedupHitRateSpike",
     "TenureRetryStorm", "TenureDeadLetterQueueGrowing", "TenureOldestReadyJobOverSLA",
-    "TenureJobsPilingUpWorkersAlive", "TenureExporterDown",
+    "TenureJobsPilingUpWorkersAlive", "TenureExporterDown", "TenureClaimsStalled",
+    "TenureDatabaseReconnectBurst",
 }
 
 
@@ -141,8 +142,8 @@ def test_alert_follows_house_style(rule: dict[str, Any]) -> None:
     assert set(annotations) == {"summary", "description", "runbook_url"}
     assert annotations["summary"].strip()
     assert "$value" in annotations["description"]
-    # The exporter and the reaper cycle serve a whole schema: no queue label.
-    if name not in ("TenureExporterDown", "TenureReaperNotRunning"):
+    # The exporter and the reaper cycle serve a whole schema, reconnects are per process: no queue label.
+    if name not in ("TenureExporterDown", "TenureReaperNotRunning", "TenureDatabaseReconnectBurst"):
         assert "{{ $labels.queue }}" in annotations["description"]
         assert "queue" in rule["expr"]
     assert annotations["runbook_url"] == (

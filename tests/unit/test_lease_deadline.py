@@ -83,9 +83,9 @@ def test_heartbeat_signals_an_overdue_lease_without_asking_the_database() -> Non
     slots = Slots(4)
     slots.take(ctx)
     beat = Heartbeater(HeartbeatConfig(lease=3, interval=1), dsn="", schema="s", worker_id="w",
-                       slots=slots, metrics=None, on_lost=lambda c, why: lost.append(why))
+                       slots=slots, metrics=None, on_lost=lambda c, why, local=False: lost.append((why, local)))
     repo = _Repo()
     beat._repo = lambda: repo  # type: ignore[method-assign]
     assert beat.run_once() == 1
-    assert len(lost) == 1 and "deadline" in lost[0]
+    assert len(lost) == 1 and "deadline" in lost[0][0] and lost[0][1] is True, "a local judgement"
     assert ctx.lease_deadline < time.monotonic(), "the database's renewal of a lease given up is not trusted"

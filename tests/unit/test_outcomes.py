@@ -43,7 +43,7 @@ def v(ctx: JobContext) -> None:
 
 
 def _ctx(*, attempt: int = 1, max_attempts: int = 5, used_effect: bool = False, lost: bool = False,
-         task: str = "t", payload: Any = None) -> JobContext:
+         lost_locally: bool = False, task: str = "t", payload: Any = None) -> JobContext:
     job = ClaimedJob(id=1, queue="q", task=task, payload=payload if payload is not None else {}, payload_version=1,
                      attempt=attempt, max_attempts=max_attempts, lock_token=uuid.uuid4(), fence=1,
                      idempotency_key=None, correlation_id=None, checkpoint_step=None, checkpoint_data=None,
@@ -53,6 +53,8 @@ def _ctx(*, attempt: int = 1, max_attempts: int = 5, used_effect: bool = False, 
     ctx.used_effect = used_effect
     if lost:
         ctx.signal_lease_lost("test")
+    if lost_locally:
+        ctx.signal_lease_lost("local deadline passed", local=True)
     return ctx
 
 
@@ -72,6 +74,9 @@ CASES: list[tuple[str, BaseException, dict[str, Any], str, str]] = [
     ("attempts exhausted by the job", RetryableError("x"), {"attempt": 2, "max_attempts": 2}, "dead", "retryable"),
     ("lease lost", LeaseLost("x"), {}, "drop", ""),
     ("any error after the lease is lost", ValueError("x"), {"lost": True}, "drop", ""),
+    ("lease lost locally (deadline passed)", LeaseLost("x"), {"lost_locally": True}, "retry", "lease_lost"),
+    ("any error after a local loss", ValueError("x"), {"lost_locally": True}, "retry", "lease_lost"),
+    ("local loss, attempts exhausted", LeaseLost("x"), {"lost_locally": True, "attempt": 3}, "dead", "lease_lost"),
     ("effect deferred", EffectDeferred("k", 1.5), {}, "release", ""),
     ("interrupt", KeyboardInterrupt(), {}, "dead", "interrupted"),
 ]

@@ -119,12 +119,24 @@ FROM {schema}.jobs WHERE queue_name = %(queue)s;
 
 -- name: chaos_jobs_summary
 -- One row per job: state, cause, completions and their tokens, the final claim's token, effect counts.
+-- Attempts are counted from their attempt records (the event that ended each attempt, with its fence in
+-- `detail`) plus the attempt running now; `claimed` rows of older versions still count. The final claim
+-- is the attempt with the highest fence. `unrecorded_tokens`: tokens of rejected writes that no attempt
+-- record explains (an attempt that ended without its record, or a token that never was a claim).
 WITH ev AS (
     SELECT job_id,
-           count(*) FILTER (WHERE event = 'claimed') AS claims,
+           count(*) FILTER (WHERE event = 'claimed' OR (detail ? 'fence' AND event IN (
+               'completed', 'retry_scheduled', 'dead_lettered', 'released', 'deferred',
+               'reaped_due_to_expired_lease', 'reaped_to_dead_letter', 'cancelled'))) AS claims,
            count(*) FILTER (WHERE event = 'completed') AS completions,
            array_agg(lock_token ORDER BY id) FILTER (WHERE event = 'completed') AS completion_tokens,
-           (array_agg(lock_token ORDER BY id DESC) FILTER (WHERE event = 'claimed'))[1] AS final_claim_token
+           (array_agg(lock_token ORDER BY (detail ->> 'fence')::bigint DESC)
+               FILTER (WHERE detail ? 'fence'))[1] AS final_record_token,
+           max((detail ->> 'fence')::bigint) AS final_record_fence,
+           (array_agg(lock_token ORDER BY id DESC) FILTER (WHERE event = 'claimed'))[1] AS final_claimed_event_token,
+           array_agg(DISTINCT lock_token) FILTER (WHERE detail ? 'fence' OR event = 'claimed') AS attempt_tokens,
+           array_agg(DISTINCT lock_token) FILTER (WHERE event IN (
+               'stale_completion_rejected', 'stale_write_rejected', 'heartbeat_lost')) AS rejected_tokens
     FROM {schema}.job_events GROUP BY job_id
 ), eff AS (
     SELECT job_id,
@@ -135,8 +147,15 @@ WITH ev AS (
 )
 SELECT j.id, (j.payload ->> 'n')::int AS n, j.payload ->> 'fault' AS planned_fault, j.status::text AS status,
        j.last_error_code, j.attempt_count, j.lease_expiry_count,
-       coalesce(ev.claims, 0)::int AS claims, coalesce(ev.completions, 0)::int AS completions,
-       coalesce(ev.completion_tokens, '{}'::uuid[]) AS completion_tokens, ev.final_claim_token,
+       (coalesce(ev.claims, 0) + CASE WHEN j.status = 'running' THEN 1 ELSE 0 END)::int AS claims,
+       coalesce(ev.completions, 0)::int AS completions,
+       coalesce(ev.completion_tokens, '{}'::uuid[]) AS completion_tokens,
+       CASE WHEN j.status = 'running' THEN j.lock_token
+            WHEN ev.final_record_token IS NOT NULL THEN ev.final_record_token
+            ELSE ev.final_claimed_event_token END AS final_claim_token,
+       coalesce((SELECT array_agg(t) FROM unnest(ev.rejected_tokens) t
+                 WHERE t IS NOT NULL AND NOT (t = ANY(coalesce(ev.attempt_tokens, '{}'::uuid[])))
+                   AND t IS DISTINCT FROM j.lock_token), '{}'::uuid[]) AS unrecorded_tokens,
        coalesce(eff.guarded, 0)::int AS guarded, coalesce(eff.provider_dedups, 0)::int AS provider_dedups,
        coalesce(eff.unguarded, 0)::int AS unguarded,
        (x.status = 'succeeded') AS execution_succeeded
@@ -151,8 +170,8 @@ ORDER BY j.id;
 -- Every reap with its attempt's claim, owner, the latest lease expiry ever sampled, and what that token wrote afterwards.
 SELECT r.id AS event_id, r.job_id, r.event, r.lock_token, r.detail,
        extract(epoch FROM r.created_at)::float8 AS reaped_at,
-       extract(epoch FROM c.created_at)::float8 AS claimed_at,
-       c.worker_id, w.pid,
+       extract(epoch FROM coalesce((r.detail ->> 'started_at')::timestamptz, c.created_at))::float8 AS claimed_at,
+       coalesce(r.detail ->> 'owner', c.worker_id) AS worker_id, w.pid,
        extract(epoch FROM s.max_lease_expires_at)::float8 AS sampled_lease_expires_at,
        (SELECT count(*) FROM {schema}.job_events a
          WHERE a.job_id = r.job_id AND a.lock_token = r.lock_token AND a.id > r.id
@@ -165,7 +184,7 @@ SELECT r.id AS event_id, r.job_id, r.event, r.lock_token, r.detail,
        (SELECT f.kind FROM {schema}.chaos_fences f WHERE f.lock_token = r.lock_token) AS worker_fence
 FROM {schema}.job_events r
 LEFT JOIN {schema}.job_events c ON c.job_id = r.job_id AND c.lock_token = r.lock_token AND c.event = 'claimed'
-LEFT JOIN {schema}.workers w ON w.id = c.worker_id
+LEFT JOIN {schema}.workers w ON w.id = coalesce(r.detail ->> 'owner', c.worker_id)
 LEFT JOIN {schema}.chaos_lease_samples s ON s.lock_token = r.lock_token
 WHERE r.event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter') AND r.queue_name = %(queue)s
 ORDER BY r.id;
@@ -211,12 +230,63 @@ SELECT id FROM ranked
 WHERE r = 1 + floor(%(fraction)s::float8 * CASE WHEN running > 0 THEN running ELSE total END)::int;
 
 -- name: chaos_claims_between
--- Claims of the queue whose statement started inside a window (a paused queue must have none).
-SELECT count(*)::int AS n FROM {schema}.job_events
-WHERE event = 'claimed' AND queue_name = %(queue)s
-  AND created_at > to_timestamp(%(start)s) AND created_at < to_timestamp(%(end)s);
+-- Attempts of the queue that started inside a window (a paused queue must have none): a claim writes no audit row, so an attempt's start is read from its jobs row (the running or last attempt) and from the record that ended it.
+SELECT count(*)::int AS n FROM (
+    SELECT id AS job_id, started_at FROM {schema}.jobs
+    WHERE queue_name = %(queue)s AND started_at > to_timestamp(%(start)s) AND started_at < to_timestamp(%(end)s)
+    UNION
+    SELECT job_id, (detail ->> 'started_at')::timestamptz FROM {schema}.job_events
+    WHERE queue_name = %(queue)s AND detail ? 'started_at'
+      AND (detail ->> 'started_at')::timestamptz > to_timestamp(%(start)s)
+      AND (detail ->> 'started_at')::timestamptz < to_timestamp(%(end)s)
+) a;
 
 -- name: chaos_timeout_jobs
 -- Jobs with a retry or dead-letter caused by a task timeout.
 SELECT DISTINCT job_id FROM {schema}.job_events
 WHERE queue_name = %(queue)s AND event IN ('retry_scheduled', 'dead_lettered') AND reason = 'task_timeout';
+
+-- name: chaos_ha_setup
+-- Create the HA run's tables: the write probe (on the cluster) or the ledger (on the harness's own server, outside the cluster).
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.chaos_ledger (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind        text        NOT NULL CHECK (kind IN ('enqueue_acked', 'handler_start', 'provider_call',
+                                                     'effect_acked', 'completion_acked')),
+    job_n       integer     NOT NULL,
+    job_id      bigint,
+    lock_token  uuid,
+    idem_key    text,
+    applied     boolean,
+    pid         integer,
+    at          float8      NOT NULL DEFAULT extract(epoch FROM clock_timestamp())
+);
+CREATE UNIQUE INDEX IF NOT EXISTS chaos_ledger_provider_key ON {schema}.chaos_ledger (idem_key)
+    WHERE kind = 'provider_call' AND applied;
+CREATE TABLE IF NOT EXISTS {schema}.chaos_probe (
+    id  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: chaos_ha_probe
+-- A write on whichever server the multi-host DSN reached: which server took it (fails on a standby).
+INSERT INTO {schema}.chaos_probe DEFAULT VALUES
+RETURNING host(inet_server_addr()) AS host, inet_server_port() AS port;
+
+-- name: chaos_ledger_record
+-- Append one fact to the HA run's ledger (outside the cluster: it survives every failover).
+INSERT INTO {schema}.chaos_ledger (kind, job_n, job_id, lock_token, pid)
+VALUES (%(kind)s, %(n)s, %(job_id)s, %(token)s, %(pid)s);
+
+-- name: chaos_ledger_provider_call
+-- The external provider of the guarded effect, honouring its idempotency key: applied once, a repeat is logged as deduplicated.
+INSERT INTO {schema}.chaos_ledger (kind, job_n, job_id, lock_token, idem_key, applied, pid)
+SELECT 'provider_call', %(n)s, %(job_id)s, %(token)s, %(key)s,
+       NOT EXISTS (SELECT 1 FROM {schema}.chaos_ledger
+                   WHERE kind = 'provider_call' AND applied AND idem_key = %(key)s), %(pid)s
+RETURNING applied;
+
+-- name: chaos_ledger_rows
+-- Every ledger fact, oldest first, for the end-of-run checks.
+SELECT kind, job_n, job_id, lock_token::text AS lock_token, idem_key, applied, pid, at
+FROM {schema}.chaos_ledger ORDER BY id;

@@ -130,6 +130,9 @@ def check_jobs(verdict: Verdict, jobs: Sequence[Row], planned: int) -> None:
         if st != "completed" and j["completions"]:
             v["single_completion"].append(f"job {jid} is {st} but has a completion event")
         final = j["final_claim_token"]
+        for token in j.get("unrecorded_tokens") or []:
+            v["stale_writes_fenced"].append(
+                f"job {jid}: a write by token {str(token)[:8]} was rejected but no attempt record has that token")
         for token in j["completion_tokens"] or []:
             if token != final:
                 v["stale_writes_fenced"].append(
@@ -195,7 +198,7 @@ def _fault_windows(faults: Iterable[Row]) -> tuple[list[_Window], dict[int, floa
             hangs[str(f["lock_token"])] = f
         elif kind in ("sigstop", "partition_drop", "partition_blackhole"):
             windows.append(_Window(kind, pid, start, end))
-        elif kind == "pg_restart":
+        elif kind == "pg_restart" or kind.startswith("failover_"):  # the database went away for everyone
             windows.append(_Window(kind, None, start, end))
     return windows, exits, hangs
 
@@ -206,7 +209,7 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
     windows, exits, hangs = _fault_windows(faults)
     recovery: dict[str, list[float]] = defaultdict(list)
     unexplained: list[str] = []
-    rejections_expected = rejections_found = self_fenced = effect_rejections = 0
+    rejections_expected = rejections_found = self_fenced = effect_rejections = never_delivered = 0
     for r in reaps:
         jid, token = r["job_id"], str(r["lock_token"])
         reaped_at = float(r["reaped_at"])
@@ -238,7 +241,8 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
                    and (claimed_at is None or w.end >= claimed_at - EPSILON) and w.start <= reaped_at + EPSILON]
             kills = [w for w in own if w.kind == "kill"]
             held = [w for w in own if w.kind != "kill"]
-            restarts = [w for w in windows if w.kind == "pg_restart" and w.start <= reaped_at
+            restarts = [w for w in windows if (w.kind == "pg_restart" or w.kind.startswith("failover_"))
+                        and w.start <= reaped_at
                         and reaped_at <= w.end + timing.recovery_bound + 10]
             if kills:
                 cause, since = "kill", min(w.start for w in kills)
@@ -247,14 +251,14 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
                 cause, since, fault_end = w.kind, max(w.start, claimed_at or w.start), max(w.end, reaped_at)
             elif restarts:
                 w = restarts[-1]
-                cause, since, bound = "pg_restart", w.start, (w.end - w.start) + timing.recovery_bound + 10
+                cause, since, bound = w.kind, w.start, (w.end - w.start) + timing.recovery_bound + 10
                 fault_end = max(w.end, reaped_at)
         if cause == "unexplained":
             unexplained.append(f"job {jid} token {token[:8]} (pid {pid})")
         elif since is not None:
             took = reaped_at - since
             recovery[cause].append(took)
-            if cause != "pg_restart" and took > bound + EPSILON:
+            if cause != "pg_restart" and not cause.startswith("failover_") and took > bound + EPSILON:
                 v["recovery_bounded"].append(f"job {jid}: {cause} recovered after {took:.2f}s "
                                              f"(bound {bound:.2f}s)")
         # -- the survivor must have recorded its rejection ----------------------------------
@@ -269,12 +273,17 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
                     self_fenced += 1  # stopped on check_lease() before writing anything: nothing to reject
                 elif fence == "effect_succeed_rejected":
                     effect_rejections += 1  # rejected by the execution store; job_events lacks it (core gap)
+                elif fence == "claim_never_delivered":
+                    # HA runs: the claim committed (and replicated) but the primary failed before the
+                    # worker read the reply, so no handler ever ran under this token (ledger).
+                    never_delivered += 1
                 else:
                     v["stale_writes_fenced"].append(
                         f"job {jid}: reaped token {token[:8]} of surviving pid {pid} ({cause}) left no "
                         f"recorded rejection")
     killed = recovery.get("kill", [])
-    all_faulted = [x for kind, xs in recovery.items() if kind != "pg_restart" for x in xs]
+    all_faulted = [x for kind, xs in recovery.items()
+                   if kind != "pg_restart" and not kind.startswith("failover_") for x in xs]
     verdict.figures.update({
         "reaps": len(reaps),
         "reaps_by_cause": {k: len(xs) for k, xs in sorted(recovery.items())} | (
@@ -289,6 +298,7 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
         "fenced_attempts_with_recorded_rejection": rejections_found,
         "fenced_attempts_self_fenced_before_writing": self_fenced,
         "fenced_attempts_effect_succeed_rejected_unrecorded": effect_rejections,
+        "fenced_attempts_claim_never_delivered": never_delivered,
     })
 
 

@@ -125,3 +125,24 @@ class ChaosStore:
 
     def workers(self) -> dict[str, int]:
         return {str(r["id"]): int(r["pid"]) for r in self._rows("chaos_workers")}
+
+    # -- HA runs (``tenure chaos --ha patroni``) ---------------------------------------------
+    def ha_setup(self) -> None:
+        self._rows("chaos_ha_setup")
+
+    def ha_probe(self) -> Row:
+        """A write on the server the connection reached; raises on a standby or a dead link."""
+        return self._rows("chaos_ha_probe")[0]
+
+    def ledger_record(self, kind: str, *, n: int, job_id: int | None = None, token: uuid.UUID | None = None,
+                      pid: int | None = None) -> None:
+        self._rows("chaos_ledger_record", {"kind": kind, "n": n, "job_id": job_id, "token": token, "pid": pid})
+
+    def ledger_provider_call(self, *, n: int, job_id: int, key: str, token: uuid.UUID, pid: int) -> bool:
+        """Call the external provider; True when applied, False when it deduplicated the key."""
+        rows = self._rows("chaos_ledger_provider_call", {"n": n, "job_id": job_id, "key": key, "token": token,
+                                                         "pid": pid})
+        return bool(rows and rows[0]["applied"])
+
+    def ledger_rows(self) -> list[Row]:
+        return self._rows("chaos_ledger_rows")

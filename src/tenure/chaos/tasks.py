@@ -23,6 +23,11 @@ harness; the partitioned worker's URL points at the TCP proxy, so its effects ar
 too). ``TENURE_CHAOS_CLOCK_OFFSET`` (seconds) shifts ``time.time`` in this process when
 libfaketime is not available: the injected-clock form of the clock-skew fault.
 
+HA runs (``tenure chaos --ha patroni``) also set ``TENURE_CHAOS_LEDGER_URL``: a server outside
+the cluster where the task appends what a failover must not undo (handler starts, calls to the
+guarded effect's external provider, acknowledged ``eff.succeeded()`` and acknowledged
+completions), so losses on the cluster can be counted afterwards.
+
 ``chaos.validated`` only exists for the bad-input tests: its validator rejects payloads that
 lack an integer ``n``.
 """
@@ -88,6 +93,27 @@ def _store() -> ChaosStore:
         conn = connect(os.environ["TENURE_DATABASE_URL"], application_name="tenure-chaos-task")
         _local.conn = conn
     return ChaosStore(conn, os.environ.get("TENURE_SCHEMA", "tenure"))
+
+
+_LEDGER_URL = os.environ.get("TENURE_CHAOS_LEDGER_URL") or None
+_job_n: dict[int, tuple[int, uuid.UUID]] = {}
+"""Job id -> (n, token) of the attempts this process started (for the acknowledgement ledger)."""
+
+
+def _ledger() -> ChaosStore | None:
+    if _LEDGER_URL is None:
+        return None
+    conn: psycopg.Connection[Any] | None = getattr(_local, "ledger", None)
+    if conn is None or conn.closed or conn.broken:
+        conn = connect(_LEDGER_URL, application_name="tenure-chaos-ledger")
+        _local.ledger = conn
+    return ChaosStore(conn, os.environ.get("TENURE_SCHEMA", "tenure"))
+
+
+def _ledger_record(kind: str, n: int, job_id: int, token: uuid.UUID) -> None:
+    ledger = _ledger()
+    if ledger is not None:
+        ledger.ledger_record(kind, n=n, job_id=job_id, token=token, pid=os.getpid())
 
 
 def _fire(ctx: JobContext, kind: str, **detail: Any) -> bool:
@@ -180,6 +206,9 @@ def chaos_job(ctx: JobContext) -> None:
     n = int(payload["n"])
     fault = payload.get("fault")  # fires once per job (recorded), on the first attempt that reaches it
     work = float(payload.get("work_ms", 20)) / 1000.0
+    if _LEDGER_URL is not None:
+        _job_n[ctx.job_id] = (n, ctx.lock_token)
+        _ledger_record("handler_start", n, ctx.job_id, ctx.lock_token)
     time.sleep(work / 2)
     if fault == "hang" and _fire(ctx, "hang"):
         while True:  # an upstream call that never returns; deliberately deaf to ctx.lease_lost
@@ -195,6 +224,10 @@ def chaos_job(ctx: JobContext) -> None:
     try:
         with ctx.effect(effect_key(n), reconcile=_reconcile) as eff:
             if not eff.already_succeeded:
+                ledger = _ledger()
+                if ledger is not None:  # the external provider (HA runs): outlives any failover
+                    ledger.ledger_provider_call(n=n, job_id=ctx.job_id, key=effect_key(n), token=ctx.lock_token,
+                                                pid=pid)
                 applied = _store().effect_guarded(n=n, job_id=ctx.job_id, key=effect_key(n),
                                                   token=ctx.lock_token, fence=ctx.fencing_token,
                                                   attempt=ctx.attempt, pid=pid, wall=time.time())
@@ -203,6 +236,8 @@ def chaos_job(ctx: JobContext) -> None:
                     _request_restart(ctx)
                     time.sleep(GAP_SECONDS)
                 eff.succeeded(f"effect-{n}" if applied else f"effect-{n}-dedup")
+                if ledger is not None:
+                    _ledger_record("effect_acked", n, ctx.job_id, ctx.lock_token)
     except LeaseLost:
         # The worker drops this attempt without writing anything to the job, so no rejection
         # can be recorded by the database; note why, for the stale-write invariant.
@@ -235,7 +270,13 @@ def _complete_many_then_die(self: Repository, worker_id: str,
         timer = threading.Timer(_rng.uniform(0.0, ACK_KILL_MAX_DELAY), _die)
         timer.daemon = True
         timer.start()
-    return _complete_many(self, worker_id, done)
+    accepted = _complete_many(self, worker_id, done)
+    if _LEDGER_URL is not None:
+        for job_id, token in done:
+            known = _job_n.pop(job_id, None)
+            if accepted.get(job_id) and known is not None and known[1] == token:
+                _ledger_record("completion_acked", known[0], job_id, token)
+    return accepted
 
 
 Repository.complete_many = _complete_many_then_die  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,13 @@ ORDER = 130
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
+    # Timing defaults: a failover must not outlast the lease (see tenure.chaos.ha).
+    defaults = ({"lease": 30.0, "heartbeat": 5.0, "grace": 5.0, "max_lease_total": 300.0, "settle_timeout": 240.0}
+                if args.ha else {"lease": h.LEASE_DEFAULT, "heartbeat": h.HEARTBEAT_DEFAULT, "grace": h.GRACE_DEFAULT,
+                                 "max_lease_total": h.MAX_LEASE_TOTAL_DEFAULT, "settle_timeout": h.SETTLE_TIMEOUT_DEFAULT})
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     config = h.ChaosConfig(
         jobs=args.jobs, duration=args.duration, workers=args.workers, concurrency=args.concurrency,
         reapers=args.reapers, lease=args.lease, heartbeat=args.heartbeat, grace=args.grace,
@@ -29,12 +37,33 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         gap_restarts=args.gap_restarts, cancels=args.cancels, queue_pauses=args.queue_pauses, timeouts=args.timeouts,
         skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout)
     config.validate()
+    if args.ha:
+        return _cmd_chaos_ha(args, config)
     dsn = args.database_url or os.environ.get("TENURE_DATABASE_URL") or None
     harness = h.ChaosHarness(config, dsn=dsn, schema=args.run_schema,
                              datadir=Path(args.datadir) if args.datadir else None, keep=args.keep,
                              log_dir=Path(args.log_dir) if args.log_dir else None, progress=not args.quiet)
     report = harness.run_once()
     print(h.format_report(report))
+    Path(args.report).write_text(report.to_json() + "\n", encoding="utf-8")
+    print(f"report written to {args.report}")
+    return 0 if report.ok else 1
+
+
+def _cmd_chaos_ha(args: argparse.Namespace, config: h.ChaosConfig) -> int:
+    from tenure.chaos import ha
+    faults = tuple(f.strip() for f in args.failovers.split(",") if f.strip())
+    ha_config = ha.HaConfig(replication=args.replication, faults=faults, rounds=args.rounds, rate=args.rate,
+                            calm=args.calm)
+    ha_config.validate()
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt  # unwinds through run_ha's cleanup: cluster, network, ledger, processes
+
+    signal.signal(signal.SIGTERM, stop)
+    harness = ha.HaChaosHarness(config, ha_config, log_dir=Path(args.log_dir) if args.log_dir else None,
+                                progress=not args.quiet, keep=args.keep)
+    report = harness.run_ha()
+    print(ha.format_ha_report(report))
     Path(args.report).write_text(report.to_json() + "\n", encoding="utf-8")
     print(f"report written to {args.report}")
     return 0 if report.ok else 1
@@ -52,14 +81,17 @@ def register(sub: Any) -> None:
                    help="handlers per worker (default %(default)s)")
     p.add_argument("--reapers", type=positive_int, default=h.REAPERS_DEFAULT,
                    help="reaper processes running at once (default %(default)s)")
-    p.add_argument("--lease", type=duration, default=h.LEASE_DEFAULT, help="workers' lease (default %(default)ss)")
-    p.add_argument("--heartbeat", type=duration, default=h.HEARTBEAT_DEFAULT,
-                   help="workers' heartbeat interval (default %(default)ss)")
-    p.add_argument("--grace", type=duration, default=h.GRACE_DEFAULT, help="reapers' grace (default %(default)ss)")
+    p.add_argument("--lease", type=duration, default=None,
+                   help=f"workers' lease (default {h.LEASE_DEFAULT:g}s; 30s with --ha)")
+    p.add_argument("--heartbeat", type=duration, default=None,
+                   help=f"workers' heartbeat interval (default {h.HEARTBEAT_DEFAULT:g}s; 5s with --ha)")
+    p.add_argument("--grace", type=duration, default=None,
+                   help=f"reapers' grace (default {h.GRACE_DEFAULT:g}s; 5s with --ha)")
     p.add_argument("--reaper-interval", type=duration, default=h.REAPER_INTERVAL_DEFAULT,
                    help="reapers' interval (default %(default)ss)")
-    p.add_argument("--max-lease-total", type=duration, default=h.MAX_LEASE_TOTAL_DEFAULT,
-                   help="bounded extension that ends hung handlers (default %(default)s)")
+    p.add_argument("--max-lease-total", type=duration, default=None,
+                   help=f"bounded extension that ends hung handlers (default {h.MAX_LEASE_TOTAL_DEFAULT:g}s; "
+                        "300s with --ha)")
     p.add_argument("--max-lease-expiries", type=positive_int, default=h.MAX_LEASE_EXPIRIES_DEFAULT)
     p.add_argument("--seed", type=int, default=h.SEED_DEFAULT)
     p.add_argument("--kills-per-kind", type=count, default=None, help="default: scaled by --duration")
@@ -77,11 +109,24 @@ def register(sub: Any) -> None:
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
     p.add_argument("--recovery-margin", type=duration, default=h.RECOVERY_MARGIN_DEFAULT,
                    help="slack on the recovery bound for a noisy machine (default %(default)ss)")
-    p.add_argument("--settle-timeout", type=duration, default=h.SETTLE_TIMEOUT_DEFAULT)
+    p.add_argument("--settle-timeout", type=duration, default=None,
+                   help=f"time the run may take to settle (default {h.SETTLE_TIMEOUT_DEFAULT:g}s; 240s with --ha)")
     p.add_argument("--run-schema", default=None, help="schema of the run (default: a fresh chaos_<hex>)")
     p.add_argument("--datadir", default=None, help="data folder of the harness's own embedded server")
     p.add_argument("--keep", action="store_true", help="keep the run's schema (and embedded server) afterwards")
     p.add_argument("--report", default="chaos-report.json", help="where to write the JSON report (default %(default)s)")
     p.add_argument("--log-dir", default=None, help="write each worker's and reaper's output here")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    g = p.add_argument_group("failovers (--ha patroni)", "a three-member Patroni cluster instead of one server; "
+                             "the lease options then default to 30s lease, 5s heartbeat, 5s grace")
+    g.add_argument("--ha", choices=["patroni"], default=None,
+                   help="fail a real Patroni cluster over under load (needs scripts/tools/patroni.sh)")
+    g.add_argument("--replication", choices=["async", "sync"], default="async",
+                   help="async (Patroni's default) or sync (synchronous_mode: true) (default %(default)s)")
+    g.add_argument("--failovers", default="switchover,kill,isolate",
+                   help="comma-separated failover kinds, injected in order each round (default %(default)s)")
+    g.add_argument("--rounds", type=positive_int, default=1, help="repetitions of --failovers (default %(default)s)")
+    g.add_argument("--rate", type=float, default=20.0, help="jobs enqueued per second (default %(default)s)")
+    g.add_argument("--calm", type=duration, default=5.0,
+                   help="seconds of healthy cluster under load before each failover (default %(default)s)")
     p.set_defaults(func=cmd_chaos, no_db=True)

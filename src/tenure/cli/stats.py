@@ -9,7 +9,7 @@ from typing import Any
 from tenure.cli.common import command, open_repo, print_json, table
 
 ORDER = 60
-HEADERS = ("queue", "state", "ready", "sched", "running", "in_flight", "expired", "redeliv", "done", "dlq",
+HEADERS = ("queue", "state", "ready", "sched", "running", "in_flight", "expired", "redelivered", "done", "dlq",
            "cancelled", "oldest_ready", "oldest_run", "hb_lag_p95", "hb_lag_max", "workers")
 
 

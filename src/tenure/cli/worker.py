@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--lease", type=duration, default=hb_mod.LEASE_DEFAULT)
     p.add_argument("--heartbeat", type=duration, default=hb_mod.HEARTBEAT_DEFAULT)
     p.add_argument("--max-lease-total", type=duration, default=hb_mod.MAX_LEASE_TOTAL_DEFAULT,
-                   help="longest an attempt may hold its job however often it renews (bounded extension)")
+                   help="longest an attempt may hold its job however often it renews (bounded extension; default %(default)ss)")
     p.add_argument("--max-effect-hold", type=duration, default=hb_mod.MAX_EFFECT_HOLD_DEFAULT,
                    help="longest an in-flight effect keeps its idempotency key while its worker lives")
     p.add_argument("--drain-timeout", type=duration, default=rt_mod.DRAIN_TIMEOUT_DEFAULT)

@@ -2,6 +2,15 @@
 
 ``TENURE_DATABASE_URL`` (or ``--database-url``) selects the server; without it, an embedded
 PostgreSQL under ``$TENURE_HOME`` is started or reused.
+
+High availability: a multi-host DSN (``host=a,b,c port=5432,5432,5432 ...
+target_session_attrs=read-write`` or ``postgresql://a:5432,b:5432,c:5432/db?target_session_attrs=
+read-write``) makes libpq try each host and keep the one that accepts writes, so a reconnect after
+a failover finds the new primary. :func:`connect` adds TCP keepalives and a TCP user timeout
+(unless the DSN sets them) so a connection to a primary that vanished from the network fails in
+seconds instead of the kernel's ~15 minutes, and :func:`needs_reconnect` tells the services which
+errors mean "this connection is to the wrong server or a dead one: reconnect and retry" (a demoted
+primary answers writes with SQLSTATE 25006, read_only_sql_transaction).
 """
 
 from __future__ import annotations
@@ -14,6 +23,18 @@ from psycopg.rows import dict_row
 from tenure.core.errors import ConfigError, first_line
 
 CONNECT_TIMEOUT_DEFAULT = 5
+TCP_USER_TIMEOUT_MS_DEFAULT = 10_000
+"""Milliseconds sent data may stay unacknowledged before the kernel drops the connection."""
+KEEPALIVES_IDLE_DEFAULT = 5
+"""Seconds of silence before the first TCP keepalive probe (then every 2 s, 3 probes)."""
+RECONNECT_SQLSTATES = frozenset({
+    "25006",  # read_only_sql_transaction: a demoted primary (or a standby) refuses the write
+    "57P01",  # admin_shutdown: the server is stopping (switchover, restart)
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now: starting up or in recovery
+    "53300",  # too_many_connections: the new primary is flooded by everyone reconnecting
+})
+"""SQLSTATEs after which a service reconnects (finding the primary again) and retries."""
 SCHEMA_DEFAULT = "tenure"
 Connection = psycopg.Connection[dict[str, object]]
 
@@ -43,9 +64,37 @@ def validate_dsn(dsn: str) -> None:
         raise ConfigError(f"invalid database URL: {first_line(exc)}") from None
 
 
+def needs_reconnect(exc: BaseException) -> bool:
+    """True when ``exc`` means the connection is dead or points at a server that cannot take
+    writes now: the caller should close it, reconnect (a multi-host DSN finds the new primary)
+    and retry. Connection-level failures (``OperationalError``, ``InterfaceError``), SQLSTATE
+    class 08 and :data:`RECONNECT_SQLSTATES` qualify; a constraint violation or a bad query does not.
+    """
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return True
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        return state in RECONNECT_SQLSTATES or state.startswith("08")
+    return False
+
+
+def _tcp_options(dsn: str) -> dict[str, int]:
+    """Keepalive and user-timeout settings the DSN does not choose itself."""
+    given = psycopg.conninfo.conninfo_to_dict(dsn)
+    wanted = {"keepalives": 1, "keepalives_idle": KEEPALIVES_IDLE_DEFAULT, "keepalives_interval": 2,
+              "keepalives_count": 3, "tcp_user_timeout": TCP_USER_TIMEOUT_MS_DEFAULT}
+    return {k: v for k, v in wanted.items() if k not in given}
+
+
 def connect(dsn: str, *, autocommit: bool = True, application_name: str = "tenure") -> Connection:
-    """A dict-row connection; autocommit so each named query is its own transaction."""
+    """A dict-row connection; autocommit so each named query is its own transaction.
+
+    TCP keepalives and ``tcp_user_timeout`` (see the module docstring) are added unless the DSN
+    sets them; a DSN's own ``connect_timeout`` wins over :data:`CONNECT_TIMEOUT_DEFAULT`.
+    """
     validate_dsn(dsn)
-    return psycopg.connect(dsn, autocommit=autocommit, row_factory=dict_row,
-                           connect_timeout=CONNECT_TIMEOUT_DEFAULT,
-                           application_name=application_name)
+    options = _tcp_options(dsn)
+    if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(dsn):
+        options["connect_timeout"] = CONNECT_TIMEOUT_DEFAULT
+    conninfo = psycopg.conninfo.make_conninfo(dsn, application_name=application_name, **options)
+    return psycopg.connect(conninfo, autocommit=autocommit, row_factory=dict_row)

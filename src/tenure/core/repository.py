@@ -10,17 +10,19 @@ No caching and no retries here: callers decide how to react to errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from tenure.core.errors import ConfigError, JobSpecError, PayloadError, SchemaTooNewError
@@ -160,6 +162,13 @@ class ClaimedJob:
     lease_expires_at: datetime
     wait_seconds: float
     priority: int = PRIORITY_DEFAULT
+
+
+_CLAIMED_FIELDS = tuple(f.name for f in dataclass_fields(ClaimedJob))
+_CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "attempt_count", "max_attempts",
+                  "lock_token", "fence", "idempotency_key", "correlation_id", "checkpoint_step", "checkpoint_data",
+                  "lease_expires_at", "wait_seconds", "priority")
+"""``job_claim``'s columns, position by position the fields of :class:`ClaimedJob`."""
 
 
 @dataclass(frozen=True)
@@ -317,27 +326,32 @@ class Repository:
         caps what is taken, jobs ready longer than ``aging`` seconds go first (oldest first),
         then priority order. One transaction of two statements, sent as one pipeline: the first
         locks the control rows of limited queues, so the claim's snapshot sees every committed
-        claim of those queues (a count inside one statement would race)."""
+        claim of those queues (a count inside one statement would race).
+
+        The hot path: rows arrive as tuples in :class:`ClaimedJob`'s field order (checked
+        against the statement's columns on every call) and become jobs without a dict per row
+        or the frozen ``__init__``."""
         params = {"queues": list(queues), "limit": limit, "lease": float(lease),
                   "worker_id": worker_id, "aging": float(aging)}
         own_tx = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if own_tx:
-            with self.conn.pipeline(), self.conn.transaction(), self.conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(self._q["queue_claim_gate"], params)
-                cur.execute(self._q["job_claim"], params)
-                rows = cur.fetchall()
-        else:
-            self._rows("queue_claim_gate", params)
-            rows = self._rows("job_claim", params)
-        return [ClaimedJob(
-            id=r["id"], queue=r["queue_name"], task=r["task"], payload=r["payload"],
-            payload_version=r["payload_version"], attempt=r["attempt_count"],
-            max_attempts=r["max_attempts"], lock_token=r["lock_token"], fence=r["fence"],
-            idempotency_key=r["idempotency_key"], correlation_id=r["correlation_id"],
-            checkpoint_step=r["checkpoint_step"], checkpoint_data=r["checkpoint_data"],
-            lease_expires_at=r["lease_expires_at"], wait_seconds=max(0.0, r["wait_seconds"]),
-            priority=r["priority"])
-            for r in rows]
+        with contextlib.ExitStack() as stack:
+            if own_tx:
+                stack.enter_context(self.conn.pipeline())
+                stack.enter_context(self.conn.transaction())
+            cur = stack.enter_context(self.conn.cursor(row_factory=tuple_row))
+            cur.execute(self._q["queue_claim_gate"], params)
+            cur.execute(self._q["job_claim"], params)
+            rows = cur.fetchall()  # in a pipeline, the results (and the description) arrive here
+            names = tuple(c.name for c in cur.description or ())
+            if names != _CLAIM_COLUMNS:
+                raise RuntimeError(f"job_claim returns {names}, expected {_CLAIM_COLUMNS} (ClaimedJob's order)")
+        new, fields = object.__new__, _CLAIMED_FIELDS
+        jobs = []
+        for row in rows:
+            job = new(ClaimedJob)
+            job.__dict__.update(zip(fields, row))
+            jobs.append(job)
+        return jobs
 
     def heartbeat(self, worker_id: str, held: Sequence[tuple[int, uuid.UUID]], lease: float,
                   max_lease_total: float, effect_tokens: Sequence[uuid.UUID] = (),

@@ -63,10 +63,12 @@ class ServiceConnection:
 
 def run_service(name: str, step: Callable[[ServiceConnection], float], *, stop: threading.Event,
                 conn: ServiceConnection, log: logging.Logger, error_pause: float = 1.0,
-                max_error_pause: float = RECONNECT_MAX_DEFAULT) -> None:
+                max_error_pause: float = RECONNECT_MAX_DEFAULT,
+                on_error: Callable[[], None] | None = None) -> None:
     """Call ``step(conn)`` until ``stop`` is set, waiting the seconds it returns between calls.
     A database error is logged (first line), the connection dropped, and the loop goes on after
-    ``error_pause`` seconds (doubling up to ``max_error_pause`` while errors repeat)."""
+    ``error_pause`` seconds (doubling up to ``max_error_pause`` while errors repeat); ``on_error``
+is called after each such error."""
     pause = error_pause
     failures = 0
     try:
@@ -78,6 +80,8 @@ def run_service(name: str, step: Callable[[ServiceConnection], float], *, stop: 
                 failures += 1
                 log.warning("%s failed (%d in a row): %s", name, failures, first_line(exc))
                 conn.reset()
+                if on_error is not None:
+                    on_error()  # e.g. count the reconnect
                 wait, pause = pause, min(pause * 2, max_error_pause)
             if wait > 0:
                 stop.wait(wait)

@@ -86,6 +86,13 @@ PILING_UP_WINDOW_SECONDS_DEFAULT = 600
 PILING_UP_MAX_COMPLETIONS_PER_SECOND_DEFAULT = 0.001
 PILING_UP_FOR_SECONDS_DEFAULT = 600
 
+CLAIMS_STALLED_WINDOW_SECONDS_DEFAULT = 120
+CLAIMS_STALLED_FOR_SECONDS_DEFAULT = 120
+
+RECONNECT_BURST_WINDOW_SECONDS_DEFAULT = 300
+RECONNECT_BURST_COUNT_DEFAULT = 5
+RECONNECT_BURST_FOR_SECONDS_DEFAULT = 60
+
 EXPORTER_JOB_REGEX_DEFAULT = ".*tenure-exporter.*"
 EXPORTER_STALE_SECONDS_DEFAULT = 300.0
 EXPORTER_DOWN_FOR_SECONDS_DEFAULT = 300
@@ -209,6 +216,18 @@ class AlertThresholds:
     """Completion rate (jobs/s) at or below which the queue counts as making no progress."""
     piling_up_for_seconds: int = PILING_UP_FOR_SECONDS_DEFAULT
     """``for`` of TenureJobsPilingUpWorkersAlive."""
+
+    claims_stalled_window_seconds: int = CLAIMS_STALLED_WINDOW_SECONDS_DEFAULT
+    """Range over which TenureClaimsStalled looks for claims (keep it above a failover's length)."""
+    claims_stalled_for_seconds: int = CLAIMS_STALLED_FOR_SECONDS_DEFAULT
+    """``for`` of TenureClaimsStalled."""
+
+    reconnect_burst_window_seconds: int = RECONNECT_BURST_WINDOW_SECONDS_DEFAULT
+    """Range over which worker database reconnects are counted for TenureDatabaseReconnectBurst."""
+    reconnect_burst_count: int = RECONNECT_BURST_COUNT_DEFAULT
+    """TenureDatabaseReconnectBurst fires when workers reconnected more times than this within the window."""
+    reconnect_burst_for_seconds: int = RECONNECT_BURST_FOR_SECONDS_DEFAULT
+    """``for`` of TenureDatabaseReconnectBurst."""
 
     exporter_job_regex: str = EXPORTER_JOB_REGEX_DEFAULT
     """RE2 regex matching the Prometheus ``job`` label of the exporter scrape targets."""
@@ -601,6 +620,43 @@ def build_rules(t: AlertThresholds) -> list[AlertRule]:
             "{{ $value }} ready jobs in queue {{ $labels.queue }} and the backlog grew over"
             f" the last {pw}, live workers are registered, but nothing completed: workers are"
             " hung or unable to claim (database, permissions, queue name)."
+        ),
+    ))
+
+    # --- database failover ------------------------------------------------------------------
+    cw = d(t.claims_stalled_window_seconds)
+    rules.append(AlertRule(
+        name="TenureClaimsStalled",
+        group="tenure-database",
+        severity="warning",
+        expr=(
+            'max by (queue) (tenure_queue_jobs{state="ready"}) > 0\n'
+            "and on (queue)\n"
+            "  (max by (queue) (tenure_queue_live_workers) > 0)\n"
+            "unless on (queue)\n"
+            f"  (sum by (queue) (rate(tenure_jobs_claimed_total[{cw}])) > 0)"
+        ),
+        for_seconds=t.claims_stalled_for_seconds,
+        summary="Workers stopped claiming from queue {{ $labels.queue }}",
+        description=(
+            "{{ $value }} job(s) are ready in queue {{ $labels.queue }} and workers are registered,"
+            f" but no worker claimed anything for {cw}: a database failover that did not finish,"
+            " a primary workers cannot reach, or a DSN without every host."
+        ),
+    ))
+    rw = d(t.reconnect_burst_window_seconds)
+    rules.append(AlertRule(
+        name="TenureDatabaseReconnectBurst",
+        group="tenure-database",
+        severity="info",
+        expr=f"sum(increase(tenure_db_reconnects_total[{rw}])) > {t.reconnect_burst_count}",
+        for_seconds=t.reconnect_burst_for_seconds,
+        summary="Workers reconnected to the database in a burst",
+        description=(
+            "Workers re-opened {{ $value | humanize }} database connections in the last"
+            f" {rw} (threshold {t.reconnect_burst_count}): the primary probably moved (failover or"
+            " switchover). Check that it finished and, with asynchronous replication, whether"
+            " acknowledged transactions were lost."
         ),
     ))
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.core.db import Connection
+from tenure.core.db import Connection, needs_reconnect
 from tenure.core.errors import first_line
 from tenure.core.redaction import Redaction
 from tenure.core.repository import Repository
@@ -36,6 +36,14 @@ RETRY_PAUSE_DEFAULT = 0.5
 
 _STALE_OPERATION = {"retry": "retry", "dead": "dead_letter", "release": "release"}
 """The ``operation`` label (metrics.STALE_WRITE_OPERATIONS) of a rejected outcome write."""
+
+
+class _Interrupted(Exception):
+    """An acknowledgement cut off by a reconnect-class error, with the outcomes still to write."""
+
+    def __init__(self, rest: list[Outcome], cause: psycopg.Error) -> None:
+        super().__init__(first_line(cause))
+        self.rest, self.cause = rest, cause
 
 
 class Acker:
@@ -71,8 +79,12 @@ class Acker:
             while batch:
                 try:
                     batch = self.write(Repository(self._conn.get(), self.schema), batch)
-                except psycopg.OperationalError as exc:
-                    log.warning("acknowledgement failed, retrying: %s", first_line(exc))
+                except _Interrupted as exc:
+                    # Dead connection, or a demoted primary (25006): reconnect (a multi-host DSN
+                    # finds the new primary) and write what is left again; never drop it.
+                    log.warning("acknowledgement failed, retrying: %s", first_line(exc.cause))
+                    self.metrics.db_reconnects.labels("ack").inc()
+                    batch = exc.rest
                     self._conn.reset()
                     threading.Event().wait(RETRY_PAUSE_DEFAULT)
         self._conn.close()
@@ -92,18 +104,20 @@ class Acker:
                 batch.append(item)
 
     def write(self, repo: Repository, batch: list[Outcome]) -> list[Outcome]:
-        """Write ``batch``; returns what is left to retry after a lost connection (raised as
-        OperationalError). A refused batch falls back to one by one for what was not written."""
+        """Write ``batch``. A lost connection or a demoted primary (``needs_reconnect``) raises
+        :class:`_Interrupted` with what was not written, for the loop to write again after
+        reconnecting. A refused batch falls back to one by one for what was not written."""
         done: list[Outcome] = []
         try:
             self._write(repo, batch, done)
-        except psycopg.OperationalError:
-            raise
         except psycopg.Error as exc:
-            log.warning("acknowledgement batch refused, writing one by one: %s", first_line(exc))
             if done:
                 self.slots.acked(len(done))
-            for outcome in [o for o in batch if not any(o is d for d in done)]:
+            rest = [o for o in batch if not any(o is d for d in done)]
+            if needs_reconnect(exc):
+                raise _Interrupted(rest, exc) from exc
+            log.warning("acknowledgement batch refused, writing one by one: %s", first_line(exc))
+            for outcome in rest:
                 self._write_single(repo.conn, outcome)
         return []
 
@@ -111,6 +125,13 @@ class Acker:
         try:
             self._write(Repository(conn, self.schema), [outcome], [])
         except psycopg.Error as exc:
+            if needs_reconnect(exc):
+                # The connection died (or the primary was demoted) mid-way: not this row's fault.
+                # Queue it again; the loop reconnects before writing it.
+                log.warning("acknowledgement of job %s interrupted, retrying: %s", outcome.ctx.job.id,
+                            first_line(exc))
+                self._queue.put(outcome)
+                return
             log.error("could not record the outcome (%s) of job %s; its lease will expire: %s",
                       outcome.kind, outcome.ctx.job.id, first_line(exc), extra=outcome.ctx.log_extra)
             self.slots.acked(1, written=False)

@@ -65,7 +65,7 @@ class LeaseSignal:
             return True
         ctx = self._ctx
         if ctx is not None and time.monotonic() >= ctx.lease_deadline:
-            ctx.signal_lease_lost(ctx.deadline_reason())
+            ctx.signal_lease_lost(ctx.deadline_reason(), local=True)
             return True
         return False
 
@@ -176,6 +176,10 @@ class JobContext:
     _heartbeat_now: Callable[[], None]
     lease_lost: LeaseSignal = field(default_factory=LeaseSignal)
     lease_lost_reason: str | None = None
+    lease_lost_locally: bool = False
+    """The loss was judged here (local deadline passed), not confirmed by the database: the
+    attempt's outcome is then written as a CAS (the job is handed back at once, or the rejection
+    is recorded) instead of being dropped."""
     lease_deadline: float = 0.0
     """Monotonic time by which the current lease surely ends unless renewed (local estimate)."""
     effect_deadline: float = 0.0
@@ -235,10 +239,11 @@ class JobContext:
             return "maximum total lease reached"
         return "lease not renewed in time (local deadline passed); it may have moved"
 
-    def signal_lease_lost(self, reason: str) -> None:
+    def signal_lease_lost(self, reason: str, *, local: bool = False) -> None:
         if self.lease_lost._flag:
             return
         self.lease_lost_reason = reason
+        self.lease_lost_locally = local
         self.lease_lost.set()
         log.warning("lease lost (%s)", reason, extra=self.log_extra)
         for callback in list(self._on_lost):

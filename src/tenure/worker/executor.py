@@ -175,7 +175,7 @@ class Executor:
                 await task.fn(ctx)
                 outcome = Outcome(ctx, "complete")
             except asyncio.CancelledError:
-                outcome = Outcome(ctx, "drop", reason="cancelled: lease lost")
+                outcome = outcomes.lost(task, ctx, "cancelled: lease lost", queue_policy=self.retry)
             except BaseException as exc:  # noqa: BLE001
                 outcome = self._on_error(task, ctx, exc)
         self._finish(ctx, outcome, started)
@@ -193,9 +193,9 @@ class Executor:
         self.acker.put(outcome)
         self._on_done()
 
-    def lease_lost(self, ctx: JobContext, reason: str) -> None:
+    def lease_lost(self, ctx: JobContext, reason: str, *, local: bool = False) -> None:
         """Called by the heartbeat: tell the handler, free the slot so the worker keeps serving."""
-        ctx.signal_lease_lost(reason)
+        ctx.signal_lease_lost(reason, local=local)
         task = self.app.get(ctx.job.task)
         if self.slots.lose(ctx, is_async=bool(task and task.is_async)):
             self._on_done()

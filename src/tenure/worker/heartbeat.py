@@ -66,7 +66,7 @@ class Heartbeater:
     """Renews the leases of the jobs ``slots`` holds; reads them as a snapshot, never the live state."""
 
     def __init__(self, config: HeartbeatConfig, *, dsn: str, schema: str, worker_id: str, slots: Slots,
-                 metrics: WorkerMetrics | None, on_lost: Callable[[JobContext, str], None]) -> None:
+                 metrics: WorkerMetrics | None, on_lost: Callable[..., None]) -> None:
         config.validate()
         self.config = config
         self.schema, self.worker_id = schema, worker_id
@@ -99,7 +99,7 @@ class Heartbeater:
                 held = snapshot[jid]
                 if self.metrics:
                     self.metrics.leases_lost.labels(held.job.queue, held.job.task).inc()
-                self.on_lost(held, held.deadline_reason())
+                self.on_lost(held, held.deadline_reason(), local=True)
             lost = len(overdue)
             # Locally lost leases ride along until the database answers (a restart may fail
             # several beats), so a real loss is recorded as heartbeat_lost evidence.
@@ -188,8 +188,10 @@ class Heartbeater:
 
     def _loop(self) -> None:
         retry = min(self.config.interval, 1.0)
+        metrics = self.metrics
         run_service("heartbeat", self._step, stop=self._stop, conn=self._conn, log=log,
-                    error_pause=retry, max_error_pause=retry)
+                    error_pause=retry, max_error_pause=retry,
+                    on_error=(lambda: metrics.db_reconnects.labels("heartbeat").inc()) if metrics else None)
 
     def _step(self, conn: ServiceConnection) -> float:
         self.run_once()

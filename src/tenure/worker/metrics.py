@@ -64,5 +64,7 @@ class WorkerMetrics:
         self.in_flight = Gauge("tenure_jobs_in_flight", "Handlers running in this process.", qt, registry=registry)
         self.heartbeat_rtt = Histogram("tenure_heartbeat_roundtrip_seconds", "Duration of the heartbeat statement.",
                                        buckets=LATENCY_BUCKETS, registry=registry)
+        self.db_reconnects = Counter("tenure_db_reconnects", "Database connections re-opened after an error "
+                                     "(a failover moves the primary).", ["role"], registry=registry)
         self.heartbeat_timestamp = Gauge("tenure_worker_heartbeat_timestamp_seconds",
                                          "Unix time of the last successful heartbeat loop.", registry=registry)

@@ -49,6 +49,24 @@ def preflight(task: Task | None, ctx: JobContext) -> Outcome | None:
     return None
 
 
+def lost(task: Task, ctx: JobContext, reason: str, *, queue_policy: RetryPolicy | None = None) -> Outcome:
+    """The outcome of an attempt that ended after its lease was lost.
+
+    A loss the database reported (heartbeat, checkpoint) is dropped: the token is no longer
+    current, any write would be rejected, and the rejection is already recorded. A loss judged
+    only here (the local deadline passed: a freeze, a slow or unreachable database) is written as
+    a token CAS with code ``lease_lost``: if the database still holds this attempt's token, the job
+    is handed back at once instead of waiting for the reaper; if not, the rejection is recorded.
+    """
+    if not ctx.lease_lost_locally:
+        return Outcome(ctx, "drop", reason=reason)
+    job, code = ctx.job, "lease_lost"
+    if job.attempt >= min(job.max_attempts, task.retry_policy(queue_policy).max_attempts):
+        return Outcome(ctx, "dead", error=f"attempts exhausted ({job.attempt}): {reason}", error_code=code,
+                       failure_code=code)
+    return Outcome(ctx, "retry", error=reason, error_code=code, failure_code=code)
+
+
 def on_error(task: Task, ctx: JobContext, exc: BaseException, *, queue_policy: RetryPolicy | None = None,
              redaction: Redaction = Redaction(), rng: random.Random | None = None) -> Outcome:
     """The outcome of an attempt whose handler raised ``exc``."""
@@ -56,8 +74,7 @@ def on_error(task: Task, ctx: JobContext, exc: BaseException, *, queue_policy: R
     if isinstance(exc, EffectDeferred):
         return Outcome(ctx, "release", delay=exc.delay, event="deferred", reason=str(exc))
     if isinstance(exc, LeaseLost) or ctx.lease_lost.is_set():
-        # Not ours any more: writing would be rejected; the reaper or the new owner decides.
-        return Outcome(ctx, "drop", reason=f"lease lost: {exc}")
+        return lost(task, ctx, f"lease lost: {exc}", queue_policy=queue_policy)
     failure: JobFailure = classify_exception(exc, task.error_mappers) if isinstance(exc, Exception) \
         else PermanentError(f"{type(exc).__name__}", code="interrupted")
     text = redaction.error_text(f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-3:])}")

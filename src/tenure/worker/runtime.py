@@ -250,6 +250,7 @@ class Worker:
                 # claim may have taken are recovered by lease expiry.
                 log.warning("claim loop: %s", first_line(exc))
                 claim.reset()
+                self.metrics.db_reconnects.labels("claim").inc()
                 time.sleep(min(cfg.poll_interval, 1.0))
                 continue
             self._wakeup.wait(cfg.poll_interval)

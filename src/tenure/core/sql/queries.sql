@@ -47,6 +47,8 @@ FOR UPDATE;
 
 -- name: job_claim
 -- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, each queue capped by its global max_running, jobs ready longer than `aging` first (oldest first), then by priority; fresh token and fence per job, lease from the DB clock (R1).
+-- A running attempt is recorded on its jobs row (owner, token, fence, started_at); its audit row (the attempt
+-- record) is written once, by whatever ends the attempt, so a claim inserts nothing into job_events.
 WITH q AS (
     SELECT u.name, u.ord,
            CASE WHEN s.max_running IS NULL THEN %(limit)s::int
@@ -94,11 +96,8 @@ WITH q AS (
     FROM picked WHERE j.id = picked.id
     RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
               j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
-              j.checkpoint_step, j.checkpoint_data, j.lease_expires_at, j.priority,
-              extract(epoch FROM now() - j.available_at)::float8 AS wait_seconds
-), events AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt)
-    SELECT id, queue_name, 'claimed', lock_token, %(worker_id)s, attempt_count FROM claimed
+              j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
+              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority
 )
 SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.pos;
 
@@ -142,6 +141,7 @@ LEFT JOIN {schema}.jobs j ON j.id = h.id;
 
 -- name: job_complete_many
 -- Complete a batch of jobs, each a CAS on (id, running, worker, token); stale attempts are rejected and recorded.
+-- The `completed` row is the attempt record: token, worker, attempt, and in `detail` its fence and start.
 WITH done AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
 ), updated AS (
@@ -151,16 +151,21 @@ WITH done AS (
     FROM done
     WHERE j.id = done.id AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = done.token
-    RETURNING j.id, j.queue_name, j.attempt_count, done.token
+    RETURNING j.id, j.queue_name, j.attempt_count, done.token, j.fence, j.started_at
 ), accepted AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt)
-    SELECT id, queue_name, 'completed', token, %(worker_id)s, attempt_count FROM updated
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, detail)
+    SELECT id, queue_name, 'completed', token, %(worker_id)s, attempt_count,
+           jsonb_build_object('fence', fence, 'started_at', started_at)
+    FROM updated
 ), rejected AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
     SELECT d.id, coalesce(j.queue_name, ''), 'stale_completion_rejected', d.token, %(worker_id)s,
-           -- the stale attempt's own number, from its claim (the job's count has moved on)
-           (SELECT c.attempt FROM {schema}.job_events c
-            WHERE c.job_id = d.id AND c.lock_token = d.token AND c.event = 'claimed' LIMIT 1),
+           -- the stale attempt's own number (the job's count has moved on): from the record that
+           -- ended that attempt (a `claimed` row before issue 13), else from the row it still holds
+           coalesce((SELECT c.attempt FROM {schema}.job_events c
+                     WHERE c.job_id = d.id AND c.lock_token = d.token
+                       AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
+                    CASE WHEN j.lock_token = d.token THEN j.attempt_count END),
            'token no longer current'
     FROM done d LEFT JOIN {schema}.jobs j ON j.id = d.id
     WHERE NOT EXISTS (SELECT 1 FROM updated u WHERE u.id = d.id)
@@ -179,11 +184,11 @@ WITH updated AS (
         updated_at = now()
     WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = %(token)s
-    RETURNING j.id, j.queue_name, j.attempt_count
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at
 ), event AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT id, queue_name, 'retry_scheduled', %(token)s, %(worker_id)s, attempt_count, %(error_code)s,
-           jsonb_build_object('delay_seconds', %(delay)s::float8)
+           jsonb_build_object('delay_seconds', %(delay)s::float8, 'fence', fence, 'started_at', started_at)
     FROM updated
 )
 SELECT count(*)::int AS accepted FROM updated;
@@ -200,10 +205,11 @@ WITH updated AS (
         updated_at = now()
     WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = %(token)s
-    RETURNING j.id, j.queue_name, j.attempt_count
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at
 ), event AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
-    SELECT id, queue_name, 'dead_lettered', %(token)s, %(worker_id)s, attempt_count, %(error_code)s
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name, 'dead_lettered', %(token)s, %(worker_id)s, attempt_count, %(error_code)s,
+           jsonb_build_object('fence', fence, 'started_at', started_at)
     FROM updated
 )
 SELECT count(*)::int AS accepted FROM updated;
@@ -217,10 +223,12 @@ WITH updated AS (
         lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
     WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = %(token)s
-    RETURNING j.id, j.queue_name, j.attempt_count
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at
 ), event AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
-    SELECT id, queue_name, %(event)s, %(token)s, %(worker_id)s, attempt_count, %(reason)s FROM updated
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name, %(event)s, %(token)s, %(worker_id)s, attempt_count, %(reason)s,
+           jsonb_build_object('fence', fence, 'started_at', started_at)
+    FROM updated
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue_name) FROM updated WHERE %(delay)s::float8 <= 0
 )
@@ -238,8 +246,12 @@ RETURNING id;
 INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
 SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s), ''),
        %(event)s, %(token)s, %(worker_id)s,
-       (SELECT c.attempt FROM {schema}.job_events c
-        WHERE c.job_id = %(id)s AND c.lock_token = %(token)s AND c.event = 'claimed' LIMIT 1),
+       -- the stale attempt's number: from the record that ended it (a `claimed` row before
+       -- issue 13), else from the row it still holds
+       coalesce((SELECT c.attempt FROM {schema}.job_events c
+                 WHERE c.job_id = %(id)s AND c.lock_token = %(token)s
+                   AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
+                (SELECT attempt_count FROM {schema}.jobs WHERE id = %(id)s AND lock_token = %(token)s)),
        %(reason)s, jsonb_build_object('operation', %(operation)s::text);
 
 -- name: job_reap_candidates
@@ -259,11 +271,15 @@ LIMIT %(batch)s
 FOR UPDATE OF j SKIP LOCKED;
 
 -- name: job_reap_expired
--- Requeue (with backoff) or dead-letter the reaped jobs, each a CAS on the token the reaper read; writes the audit event.
+-- Requeue (with backoff) or dead-letter the reaped jobs, each a CAS on the token the reaper read; writes the audit event
+-- (the attempt record: owner, fence and start in `detail`).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(delays)s::float8[],
                          %(dead)s::bool[], %(owners)s::text[], %(leases)s::timestamptz[])
                   AS t(id, token, delay, dead, owner_status, lease_expires_at)
+), owners AS (
+    -- The attempt's owner as it was before this statement (the update below clears locked_by).
+    SELECT j.id, j.locked_by FROM {schema}.jobs j WHERE j.id = ANY(%(ids)s::bigint[])
 ), updated AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN i.dead THEN 'failed'::{schema}.job_status ELSE 'pending'::{schema}.job_status END,
@@ -279,15 +295,16 @@ WITH input AS (
       -- Re-checked at write time too (a second safeguard besides the row lock): see docs/model.
       AND j.lease_expires_at < now() - make_interval(secs => %(grace)s)
     RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay,
-              i.lease_expires_at
+              i.lease_expires_at, j.fence, j.started_at
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
-    SELECT id, queue_name,
-           CASE WHEN dead THEN 'reaped_to_dead_letter' ELSE 'reaped_due_to_expired_lease' END,
-           token, %(reaper_id)s, attempt_count, 'lease_expired',
-           jsonb_build_object('owner_status', owner_status, 'delay_seconds', delay,
-                              'lease_expires_at', lease_expires_at, 'grace_seconds', %(grace)s::float8)
-    FROM updated
+    SELECT u.id, u.queue_name,
+           CASE WHEN u.dead THEN 'reaped_to_dead_letter' ELSE 'reaped_due_to_expired_lease' END,
+           u.token, %(reaper_id)s, u.attempt_count, 'lease_expired',
+           jsonb_build_object('owner_status', u.owner_status, 'delay_seconds', u.delay,
+                              'lease_expires_at', u.lease_expires_at, 'grace_seconds', %(grace)s::float8,
+                              'owner', o.locked_by, 'fence', u.fence, 'started_at', u.started_at)
+    FROM updated u LEFT JOIN owners o ON o.id = u.id
 ), notified AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated WHERE NOT dead) d
 )
@@ -567,11 +584,15 @@ SELECT count(*)::int AS deleted FROM deleted;
 -- Runtime p50/p99 of recent successful attempts per queue and task (from audit events), for `tenure doctor`.
 WITH runs AS (
     SELECT c.queue_name, j.task,
-           extract(epoch FROM c.created_at - cl.created_at) AS runtime
+           extract(epoch FROM c.created_at - coalesce((c.detail ->> 'started_at')::timestamptz, cl.created_at))
+               AS runtime
     FROM {schema}.job_events c
-    JOIN {schema}.job_events cl ON cl.job_id = c.job_id AND cl.lock_token = c.lock_token AND cl.event = 'claimed'
+    -- Attempts recorded before the attempt record carried its start: their `claimed` row.
+    LEFT JOIN {schema}.job_events cl ON c.detail IS NULL AND cl.job_id = c.job_id
+                                    AND cl.lock_token = c.lock_token AND cl.event = 'claimed'
     JOIN {schema}.jobs j ON j.id = c.job_id
     WHERE c.event = 'completed' AND c.created_at > now() - make_interval(secs => %(window)s)
+      AND (c.detail ? 'started_at' OR cl.id IS NOT NULL)
 )
 SELECT queue_name, task, count(*)::bigint AS runs,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime)::float8 AS p50,
@@ -661,9 +682,9 @@ SELECT coalesce(max(version), 0) AS version FROM {schema}.schema_migrations;
 INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s);
 
 -- name: job_cancel
--- Cancel jobs by id in one statement: pending ones at once; running ones by revoking their token (CAS on the token read), so the owner's next heartbeat reports the loss and its later writes are rejected. Every cancel is audited with who asked.
+-- Cancel jobs by id in one statement: pending ones at once; running ones by revoking their token (CAS on the token read), so the owner's next heartbeat reports the loss and its later writes are rejected. Every cancel is audited with who asked; a running job's cancel ends its attempt, so it is that attempt's record (fence, started_at).
 WITH target AS (
-    SELECT id, status, lock_token, locked_by, attempt_count FROM {schema}.jobs
+    SELECT id, status, lock_token, locked_by, attempt_count, fence, started_at FROM {schema}.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('pending', 'running')
     ORDER BY id
     FOR UPDATE
@@ -674,12 +695,14 @@ WITH target AS (
     FROM target t
     WHERE j.id = t.id AND j.status = t.status AND j.lock_token IS NOT DISTINCT FROM t.lock_token
     RETURNING j.id, j.queue_name, t.status AS previous_status, t.lock_token AS revoked_token,
-              t.locked_by AS owner, t.attempt_count
+              t.locked_by AS owner, t.attempt_count, t.fence, t.started_at
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT id, queue_name, 'cancelled', revoked_token, owner, attempt_count,
            'requested by ' || %(requested_by)s::text,
            jsonb_build_object('requested_by', %(requested_by)s::text, 'previous_status', previous_status::text)
+           || CASE WHEN previous_status = 'running'
+                   THEN jsonb_build_object('fence', fence, 'started_at', started_at) ELSE '{}'::jsonb END
     FROM updated
 )
 SELECT id, queue_name, previous_status::text AS previous_status, revoked_token, owner FROM updated;
