@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo tools test test-fast generate lint model model-deep clean
+.PHONY: install demo tools test test-kind test-fast generate lint model model-deep clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,8 +35,25 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests e2e bench
 
+# The kind suite (e2e/kind/run.sh: a real 3-node cluster, chart, scenarios). With
+# TENURE_KIND_E2E=auto, `make tools` installs Docker, kind and the images and `make test` runs the
+# suite whenever a Docker engine answers. The default stays 0 until run.sh has passed on the CI
+# machines (the scenarios have not had a green run yet): flip it then.
+TENURE_KIND_E2E ?= 0
+export TENURE_KIND_E2E
+
 test: install tools lint
 	. scripts/tools/env.sh && $(BIN)/pytest
+	@if [ "$(TENURE_KIND_E2E)" != 0 ]; then $(MAKE) test-kind; \
+	else echo "make test: the kind suite is off (TENURE_KIND_E2E=0)"; fi
+
+test-kind: install
+	@. scripts/tools/env.sh; \
+	if command -v docker >/dev/null 2>&1 && timeout 20 docker info >/dev/null 2>&1; then \
+	  bash e2e/kind/run.sh; \
+	else \
+	  echo "make test-kind: no Docker engine answers: the kind suite is SKIPPED (see e2e/kind/README.md)"; \
+	fi
 
 test-fast: install
 	$(BIN)/pytest tests/unit tests/integration

@@ -1,171 +1,140 @@
 #!/usr/bin/env bash
-# End-to-end on kind, as a user would run it (needs Docker; it cannot run without a Docker
-# engine):
-#   1. create a kind cluster, build the image and load it into the cluster;
-#   2. install a throwaway PostgreSQL and the Helm chart, run `helm test`;
-#   3. migrate, apply examples/jobqueue.yaml, enqueue JOBS jobs;
-#   4. wait until the operator has scaled the workers and every job completed.
+# The whole Kubernetes user story on a real kind cluster (needs a Docker engine):
+#   1. cluster "tenure-e2e" (context kind-tenure-e2e): one control-plane node, two workers;
+#   2. image tenure:dev built from the repository's Dockerfile and loaded on every node;
+#   3. PostgreSQL (Deployment + Service "postgres", PVC from the default storage class) in
+#      namespace tenure-demo; DSN postgresql://tenure:tenure@postgres:5432/tenure;
+#   4. the Helm chart in tenure-system, then `helm test`;
+#   5. the scenarios in e2e/kind/test_kind.py (pytest), asserted from the database and the API:
+#      apply + drain + scaling, pod SIGKILL, node freeze, rolling update, bad manifests,
+#      in-cluster Prometheus/Alertmanager. Figures go to $ARTIFACTS/figures.json.
 #
-# Usage: e2e/kind/run.sh            (env: CLUSTER, IMAGE, NAMESPACE, JOBS, TIMEOUT, KEEP=1)
-# Needs: docker, kind, kubectl, helm (scripts/tools/helm.sh installs helm).
+# Usage: e2e/kind/run.sh                 (KEEP=1 leaves the cluster running)
+# Env:   TENURE_KIND_IMAGES=local|public  local (default): images built by scripts/tools/kind.sh
+#                                         without a registry; public: kind's public node image
+#                                         and public base images (a machine with registry access)
+#        KEEP=1, CLUSTER, PYTEST_ARGS (e.g. "-k drain"), ARTIFACTS (default /tmp/tenure-kind-e2e),
+#        REUSE=1 (keep an existing cluster instead of recreating it; default: recreate)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CLUSTER="${CLUSTER:-tenure-e2e}"
+CONTEXT="kind-${CLUSTER}"
 IMAGE="${IMAGE:-tenure:dev}"
 NAMESPACE="${NAMESPACE:-tenure-demo}"
 OPERATOR_NAMESPACE="${OPERATOR_NAMESPACE:-tenure-system}"
-JOBS="${JOBS:-200}"
-TIMEOUT="${TIMEOUT:-600}"
 KEEP="${KEEP:-0}"
-QUEUE="emails"
-DSN="postgresql://tenure:tenure@postgres:5432/tenure"
-export PATH="${HOME}/.cache/tenure-tools/bin:${PATH}"
+MODE="${TENURE_KIND_IMAGES:-local}"
+ARTIFACTS="${ARTIFACTS:-/tmp/tenure-kind-e2e}"
+PY="${PY:-${ROOT}/.venv/bin/python}"
+# shellcheck source=/dev/null
+. "${ROOT}/scripts/tools/env.sh"
+export DOCKER_BUILDKIT=0   # the classic builder: BuildKit fetches its frontend from a registry
 
-log() { printf '\n==> %s\n' "$*" >&2; }
+log() { printf '\n==> [%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { printf 'e2e/kind: %s\n' "$*" >&2; exit 1; }
+k() { kubectl --context "${CONTEXT}" "$@"; }
+start=${SECONDS}
+mkdir -p "${ARTIFACTS}"
 
 for tool in docker kind kubectl helm; do
-  command -v "${tool}" >/dev/null 2>&1 || die "${tool} is required (see e2e/kind/README.md)"
+  command -v "${tool}" >/dev/null 2>&1 || die "${tool} is required: run 'make tools' (see e2e/kind/README.md)"
 done
-docker info >/dev/null 2>&1 || die "no Docker engine reachable"
+docker info >/dev/null 2>&1 || die "no Docker engine answers (DOCKER_HOST=${DOCKER_HOST:-unset}); run scripts/tools/docker.sh"
+[[ -x "${PY}" ]] || die "no ${PY}: run 'make install'"
+
+case "${MODE}" in
+  local)
+    NODE_IMAGE="$(bash "${ROOT}/scripts/tools/kind.sh" | tail -n 1)"
+    PYTHON_IMAGE="tenure/python:bookworm"
+    PG_IMAGE="tenure/postgres:15"
+    PROM_IMAGE="tenure/prometheus:bookworm"
+    AM_IMAGE="tenure/alertmanager:bookworm"
+    ;;
+  public)
+    NODE_IMAGE=""
+    PYTHON_IMAGE="python:3.13-slim-bookworm"
+    PG_IMAGE="postgres:17-alpine"
+    PROM_IMAGE="prom/prometheus:v3.5.0"
+    AM_IMAGE="prom/alertmanager:v0.28.1"
+    ;;
+  *) die "TENURE_KIND_IMAGES must be local or public, not '${MODE}'" ;;
+esac
+
+diagnostics() {
+  log "diagnostics (also in ${ARTIFACTS})"
+  {
+    k get nodes -o wide
+    k get pods -A -o wide
+    k -n "${NAMESPACE}" get jobqueues,deploy,cronjob,jobs,pvc,svc -o wide
+    k -n "${NAMESPACE}" describe jobqueues
+    k -n "${NAMESPACE}" get events --sort-by=.lastTimestamp | tail -n 60
+    k -n "${OPERATOR_NAMESPACE}" logs deploy/tenure --tail=200
+  } > "${ARTIFACTS}/cluster-state.txt" 2>&1 || true
+  tail -n 120 "${ARTIFACTS}/cluster-state.txt" >&2 || true
+  kind export logs "${ARTIFACTS}/kind-logs" --name "${CLUSTER}" >/dev/null 2>&1 || true
+}
 
 cleanup() {
   local rc=$?
   if [[ ${rc} -ne 0 ]]; then
-    log "failed (exit ${rc}); state for debugging:"
-    kubectl -n "${NAMESPACE}" get jobqueues,deploy,cronjob,pods -o wide || true
-    kubectl -n "${NAMESPACE}" describe jobqueue "${QUEUE}" || true
-    kubectl -n "${OPERATOR_NAMESPACE}" logs deploy/tenure --tail=100 || true
+    log "FAILED (exit ${rc}) after $((SECONDS - start)) s"
+    diagnostics
   fi
   if [[ "${KEEP}" == "1" ]]; then
-    log "KEEP=1: cluster ${CLUSTER} left running (kind delete cluster --name ${CLUSTER})"
+    log "KEEP=1: cluster ${CLUSTER} left running (context ${CONTEXT}; kind delete cluster --name ${CLUSTER})"
   else
-    kind delete cluster --name "${CLUSTER}" >/dev/null 2>&1 || true
+    timeout 180 kind delete cluster --name "${CLUSTER}" >/dev/null 2>&1 || true
   fi
   exit "${rc}"
 }
 trap cleanup EXIT
 
-# Run one `tenure ...` command in a pod of the image (the DSN from the environment) and wait.
-tenure_pod() {
-  local name="$1"
-  shift
-  kubectl -n "${NAMESPACE}" delete pod "${name}" --ignore-not-found >/dev/null
-  kubectl -n "${NAMESPACE}" run "${name}" --image="${IMAGE}" --image-pull-policy=Never \
-    --restart=Never --env="TENURE_DATABASE_URL=${DSN}" --env="TENURE_HOME=/tmp/tenure" \
-    "$@" >/dev/null
-  kubectl -n "${NAMESPACE}" wait --for=jsonpath='{.status.phase}'=Succeeded \
-    "pod/${name}" --timeout=180s >/dev/null
-  kubectl -n "${NAMESPACE}" logs "${name}"
-}
-
-log "kind cluster ${CLUSTER}"
-if ! kind get clusters 2>/dev/null | grep -qx "${CLUSTER}"; then
-  kind create cluster --name "${CLUSTER}" --wait 120s
+log "kind cluster ${CLUSTER} (images: ${MODE}${NODE_IMAGE:+, node image ${NODE_IMAGE}})"
+if kind get clusters 2>/dev/null | grep -qx "${CLUSTER}"; then
+  if [[ "${REUSE:-0}" == "1" ]]; then
+    log "REUSE=1: keeping the existing cluster ${CLUSTER}"
+  else
+    log "deleting a leftover cluster ${CLUSTER}"
+    timeout 180 kind delete cluster --name "${CLUSTER}"
+  fi
 fi
-kubectl config use-context "kind-${CLUSTER}" >/dev/null
+if ! kind get clusters 2>/dev/null | grep -qx "${CLUSTER}"; then
+  t0=${SECONDS}
+  timeout 600 kind create cluster --name "${CLUSTER}" --config "${ROOT}/e2e/kind/cluster.yaml" \
+    ${NODE_IMAGE:+--image "${NODE_IMAGE}"} --wait 300s
+  echo "{\"cluster_create_seconds\": $((SECONDS - t0))}" > "${ARTIFACTS}/cluster.json"
+fi
+k wait --for=condition=Ready nodes --all --timeout=300s >/dev/null
 
-log "build ${IMAGE} and load it into the cluster"
-docker build -t "${IMAGE}" "${ROOT}"
-kind load docker-image "${IMAGE}" --name "${CLUSTER}"
+log "build ${IMAGE} and load it (and the in-cluster service images) on every node"
+t0=${SECONDS}
+timeout 900 docker build -q --network host --build-arg "PYTHON_IMAGE=${PYTHON_IMAGE}" -t "${IMAGE}" "${ROOT}" >/dev/null
+for img in "${PG_IMAGE}" "${PROM_IMAGE}" "${AM_IMAGE}"; do
+  docker image inspect "${img}" >/dev/null 2>&1 || docker pull -q "${img}" >/dev/null
+done
+timeout 600 kind load docker-image --name "${CLUSTER}" "${IMAGE}" "${PG_IMAGE}" "${PROM_IMAGE}" "${AM_IMAGE}"
+log "image built and loaded in $((SECONDS - t0)) s"
 
 log "PostgreSQL in ${NAMESPACE}"
-kubectl create namespace "${NAMESPACE}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n "${NAMESPACE}" apply -f - <<'YAML'
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: postgres
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: postgres}
-  template:
-    metadata:
-      labels: {app: postgres}
-    spec:
-      containers:
-        - name: postgres
-          image: postgres:17-alpine
-          env:
-            - {name: POSTGRES_USER, value: tenure}
-            - {name: POSTGRES_PASSWORD, value: tenure}
-            - {name: POSTGRES_DB, value: tenure}
-          ports:
-            - containerPort: 5432
-          readinessProbe:
-            exec:
-              command: [pg_isready, -U, tenure, -d, tenure]
-            periodSeconds: 2
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: postgres
-spec:
-  selector: {app: postgres}
-  ports:
-    - port: 5432
-YAML
-kubectl -n "${NAMESPACE}" rollout status deploy/postgres --timeout=180s
+k create namespace "${NAMESPACE}" --dry-run=client -o yaml | k apply -f - >/dev/null
+sed "s#\${PG_IMAGE}#${PG_IMAGE}#" "${ROOT}/e2e/kind/manifests/postgres.yaml" | k -n "${NAMESPACE}" apply -f - >/dev/null
+k -n "${NAMESPACE}" rollout status deploy/postgres --timeout=300s
 
-log "Helm chart (operator in ${OPERATOR_NAMESPACE})"
-helm upgrade --install tenure "${ROOT}/charts/tenure" \
+log "Helm chart (operator in ${OPERATOR_NAMESPACE}), then helm test"
+timeout 600 helm upgrade --install tenure "${ROOT}/charts/tenure" --kube-context "${CONTEXT}" \
   --namespace "${OPERATOR_NAMESPACE}" --create-namespace \
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
   --set image.pullPolicy=Never --set operator.intervalSeconds=5 \
-  --wait --timeout 180s
-helm test tenure --namespace "${OPERATOR_NAMESPACE}" --timeout 120s
+  --wait --timeout 300s
+timeout 300 helm test tenure --kube-context "${CONTEXT}" --namespace "${OPERATOR_NAMESPACE}" --timeout 240s
 
-log "migrate the schema"
-tenure_pod tenure-migrate -- migrate
-
-log "apply examples/jobqueue.yaml"
-kubectl -n "${NAMESPACE}" apply -f "${ROOT}/examples/jobqueue.yaml"
-kubectl -n "${NAMESPACE}" patch jobqueue "${QUEUE}" --type=merge \
-  -p "{\"spec\":{\"image\":\"${IMAGE}\",\"imagePullPolicy\":\"Never\"}}"
-kubectl -n "${NAMESPACE}" wait --for=condition=Ready "jobqueue/${QUEUE}" --timeout=120s
-
-log "let the idle queue scale to zero (so the backlog below must scale it up)"
-kubectl -n "${NAMESPACE}" patch jobqueue "${QUEUE}" --type=merge \
-  -p '{"spec":{"scaling":{"minReplicas":0,"allowScaleToZero":true,"scaleDownStabilizationSeconds":0}}}'
-kubectl -n "${NAMESPACE}" wait --for=jsonpath='{.status.replicas}'=0 "jobqueue/${QUEUE}" --timeout=120s
-
-log "enqueue ${JOBS} jobs"
-# The script is expanded by the pod's sh, not here; its arguments follow it.
-# shellcheck disable=SC2016
-tenure_pod tenure-enqueue --command -- sh -c '
-  i=0
-  while [ "$i" -lt "$1" ]; do
-    printf "{\"task\": \"send_invoice_email\", \"queue\": \"%s\", \"payload\": {\"invoice_id\": %s}}\n" "$2" "$i"
-    i=$((i + 1))
-  done > /tmp/jobs.jsonl
-  tenure enqueue --from-file /tmp/jobs.jsonl' sh "${JOBS}" "${QUEUE}"
-
-log "wait until all ${JOBS} jobs completed (timeout ${TIMEOUT}s)"
-# The operator's status carries the queue figures (refreshed every intervalSeconds).
-deadline=$((SECONDS + TIMEOUT))
-max_replicas=0
-while :; do
-  IFS=, read -r ready running completed replicas < <(kubectl -n "${NAMESPACE}" \
-    get jobqueue "${QUEUE}" \
-    -o jsonpath='{.status.ready},{.status.running},{.status.completed},{.status.replicas}{"\n"}')
-  if [[ "${replicas:-}" =~ ^[0-9]+$ ]] && ((replicas > max_replicas)); then
-    max_replicas="${replicas}"
-  fi
-  printf '  ready=%s running=%s completed=%s replicas=%s\n' \
-    "${ready:-?}" "${running:-?}" "${completed:-?}" "${replicas:-?}" >&2
-  if [[ "${completed:-}" =~ ^[0-9]+$ ]] && ((completed >= JOBS)) && [[ "${running:-}" == "0" ]]; then
-    break
-  fi
-  ((SECONDS < deadline)) || die "jobs not done after ${TIMEOUT}s"
-  sleep 5
-done
-((max_replicas > 1)) || die "the operator never scaled the workers above 1 replica"
-tenure_pod tenure-stats -- stats --queue "${QUEUE}"
-
-log "scale events"
-kubectl -n "${NAMESPACE}" get events --field-selector involvedObject.kind=JobQueue \
-  -o custom-columns=REASON:.reason,MESSAGE:.message
-log "OK: ${JOBS} jobs completed; the operator scaled the workers up to ${max_replicas} replicas"
+log "scenarios (e2e/kind/test_kind.py)"
+export TENURE_KIND_CONTEXT="${CONTEXT}" TENURE_KIND_CLUSTER="${CLUSTER}" TENURE_KIND_NAMESPACE="${NAMESPACE}"
+export TENURE_KIND_IMAGE="${IMAGE}" TENURE_KIND_PROM_IMAGE="${PROM_IMAGE}" TENURE_KIND_AM_IMAGE="${AM_IMAGE}"
+export TENURE_KIND_OPERATOR_NAMESPACE="${OPERATOR_NAMESPACE}" TENURE_KIND_ARTIFACTS="${ARTIFACTS}"
+cd "${ROOT}"
+# shellcheck disable=SC2086
+"${PY}" -m pytest e2e/kind/test_kind.py -p no:cacheprovider -x -v ${PYTEST_ARGS:-}
+log "OK: every scenario passed in $((SECONDS - start)) s; figures in ${ARTIFACTS}/figures.json"
+cat "${ARTIFACTS}/figures.json" >&2 || true

@@ -11,7 +11,9 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPTS = [ROOT / "e2e" / "kind" / "run.sh", ROOT / "scripts" / "tools" / "helm.sh"]
+SCRIPTS = [ROOT / "e2e" / "kind" / "run.sh", ROOT / "scripts" / "tools" / "helm.sh",
+           ROOT / "scripts" / "tools" / "docker.sh", ROOT / "scripts" / "tools" / "kind.sh",
+           *sorted((ROOT / "scripts" / "tools" / "kind").glob("*.sh"))]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -63,7 +65,9 @@ def test_dockerignore_keeps_the_context_small() -> None:
 
 
 def test_kind_script_exercises_the_whole_path() -> None:
-    text = (ROOT / "e2e" / "kind" / "run.sh").read_text()
+    # run.sh prepares the cluster; the scenarios live in e2e/kind/test_kind.py, which it runs.
+    text = (ROOT / "e2e" / "kind" / "run.sh").read_text() + (ROOT / "e2e" / "kind" / "test_kind.py").read_text()
+    assert "e2e/kind/test_kind.py" in (ROOT / "e2e" / "kind" / "run.sh").read_text()
     for step in (
         "kind create cluster",
         "docker build",

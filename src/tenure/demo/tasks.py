@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from tenure import App, JobContext, PermanentError
+from tenure import App, JobContext, PermanentError, RetryableError
 
 app = App("demo")
 
@@ -39,3 +39,16 @@ def crash_once(ctx: JobContext) -> None:
 @app.task("always_fails")
 def always_fails(ctx: JobContext) -> None:
     raise PermanentError("this payload can never succeed", code="invalid_reference")
+
+
+@app.task("flaky_once")
+def flaky_once(ctx: JobContext) -> None:
+    """Works ``payload["seconds"]`` (default 0), then fails retryably on its first attempt only.
+
+    Exercises retries, backoff and lease extensions on a real cluster (e2e/kind); the second
+    attempt succeeds.
+    """
+    time.sleep(float(ctx.payload.get("seconds", 0)))
+    if ctx.attempt == 1:
+        raise RetryableError("the first attempt always fails", code="flaky_first_attempt",
+                             retry_after=1.0)

@@ -174,6 +174,8 @@ class JobContext:
     _repo: Callable[..., Any]
     _on_stale: Callable[[JobContext, str], None]
     _heartbeat_now: Callable[[], None]
+    _on_lease_lost: Callable[[JobContext], None] | None = None
+    """Called once when the lease is lost (counts ``tenure_leases_lost_total``), whoever noticed."""
     lease_lost: LeaseSignal = field(default_factory=LeaseSignal)
     lease_lost_reason: str | None = None
     lease_lost_locally: bool = False
@@ -239,11 +241,13 @@ class JobContext:
             return "maximum total lease reached"
         return "lease not renewed in time (local deadline passed); it may have moved"
 
-    def signal_lease_lost(self, reason: str, *, local: bool = False) -> None:
+    def signal_lease_lost(self, reason: str, *, local: bool = False, counted: bool = True) -> None:
         if self.lease_lost._flag:
             return
         self.lease_lost_reason = reason
         self.lease_lost_locally = local
+        if counted and self._on_lease_lost is not None:
+            self._on_lease_lost(self)
         self.lease_lost.set()
         log.warning("lease lost (%s)", reason, extra=self.log_extra)
         for callback in list(self._on_lost):

@@ -108,7 +108,7 @@ class Executor:
         :meth:`_spawn_async`, which starts a whole claim batch with one cross-thread call."""
         ctx = JobContext(job=job, worker_id=self.worker_id, lease_seconds=self.lease,
                          _repo=self._borrow_repo, _on_stale=self._count_stale,
-                         _heartbeat_now=self._heartbeat_now)
+                         _heartbeat_now=self._heartbeat_now, _on_lease_lost=self._count_lease_lost)
         labels = (job.queue, job.task)
         ctx._dedup_hook = lambda hit: self._count_dedup(labels, "effect", hit)
         ctx._effect_hook = self.slots.effect_changed
@@ -210,10 +210,13 @@ class Executor:
         self.metrics.timeouts.labels(ctx.job.queue, ctx.job.task).inc()
         log.warning("attempt exceeded its %gs timeout", seconds, extra=ctx.log_extra)
         self.acker.put(self._on_error(task, ctx, TaskTimeout(f"attempt exceeded its {seconds:g}s timeout")))
-        ctx.signal_lease_lost(f"task timeout after {seconds:g}s")
+        ctx.signal_lease_lost(f"task timeout after {seconds:g}s", counted=False)  # counted as a timeout, not a lost lease
         self._on_done()
 
     # -- what handlers borrow -----------------------------------------------------------------
+    def _count_lease_lost(self, ctx: JobContext) -> None:
+        self.metrics.leases_lost.labels(ctx.job.queue, ctx.job.task).inc()
+
     def _count_stale(self, ctx: JobContext, operation: str) -> None:
         self.metrics.stale_writes.labels(ctx.job.queue, ctx.job.task, operation).inc()
 

@@ -97,9 +97,7 @@ class Heartbeater:
                 # moved, so it is lost as far as this worker knows, whatever the database says.
                 # It still goes into the statement, so a real loss is recorded as evidence.
                 held = snapshot[jid]
-                if self.metrics:
-                    self.metrics.leases_lost.labels(held.job.queue, held.job.task).inc()
-                self.on_lost(held, held.deadline_reason(), local=True)
+                self.on_lost(held, held.deadline_reason(), local=True)  # counts the loss once
             lost = len(overdue)
             # Locally lost leases ride along until the database answers (a restart may fail
             # several beats), so a real loss is recorded as heartbeat_lost evidence.
@@ -153,8 +151,7 @@ class Heartbeater:
                 lost += 1
                 reason = LOSS_REASONS.get(outcome.outcome, LOSS_REASON_DEFAULT)
                 self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", reason)
-                if self.metrics:
-                    self.metrics.leases_lost.labels(*labels).inc()
+                if self.metrics:  # tenure_leases_lost_total is counted by on_lost, once per attempt
                     if outcome.outcome == "cancelled":
                         self.metrics.cancelled_running.labels(*labels).inc()
                     if outcome.outcome in ("lost", "cancelled"):

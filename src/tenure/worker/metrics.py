@@ -46,7 +46,8 @@ class WorkerMetrics:
                                         registry=registry)
         self.lease_extensions = Counter("tenure_lease_extensions", "Lease renewals accepted by heartbeat.", qt,
                                         registry=registry)
-        self.leases_lost = Counter("tenure_leases_lost", "Heartbeats rejected: the handler was told its lease is lost.",
+        self.leases_lost = Counter("tenure_leases_lost", "Leases lost (heartbeat rejected, local deadline "
+                                   "passed, checkpoint rejected); counted once per attempt, the handler was told.",
                                    qt, registry=registry)
         self.stale_writes = Counter("tenure_stale_writes_rejected", "Writes rejected by the token CAS.",
                                     [*qt, "operation"], registry=registry)

@@ -275,7 +275,7 @@ class Worker:
         for ctx in leftovers:
             # Release first, then tell the handler: its own late write will be rejected.
             self.acker.put(Outcome(ctx, "release", event="released", reason="shutdown: drain timeout"))
-            ctx.signal_lease_lost("worker shutting down: job released")
+            ctx.signal_lease_lost("worker shutting down: job released", counted=False)
         self.slots.wait_acked(time.monotonic() + 30)
         if leftovers:
             log.warning("released %d unfinished job(s) on shutdown", len(leftovers))

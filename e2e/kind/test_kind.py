@@ -1,0 +1,615 @@
+"""The Kubernetes user story on a real kind cluster (issue 11), asserted from the database and the API.
+
+Run by e2e/kind/run.sh after it created the cluster, loaded ``tenure:dev``, installed PostgreSQL
+and the chart, and ran ``helm test``; never collected by a plain ``pytest`` (e2e/conftest.py
+ignores this folder unless TENURE_KIND_CONTEXT is set). The tests run in file order and share
+one JobQueue, ``emails`` (examples/jobqueue.yaml with the image changed):
+
+1. apply and drain 2,000 jobs: children created, pods Ready via /readyz, scale up on the backlog,
+   exactly one ``completed`` event per job, scale down, to zero, and up again from zero;
+2. a worker process SIGKILLed mid-job (from its node, no grace): the reaper CronJob's pod reaps
+   its leases and the jobs complete on another pod;
+3. a worker node frozen with ``docker pause`` (reaper grace 300 s, so TenureExpiredLeases pages
+   through Alertmanager), thawed with ``docker unpause``: its jobs completed elsewhere, every
+   late write rejected and audited, no effect recorded twice, the alert resolves;
+4. a rolling update under load: no job lost, no attempt wasted;
+5. bad manifests: a CEL-invalid JobQueue refused, a missing Secret -> Degraded, no pods;
+6. observability: Prometheus discovers the pods through the Kubernetes API, loads the generated
+   rules, every dashboard panel returns data, no alert fires on the healthy install.
+Figures (scale and recovery times, alert timings) are recorded in $ARTIFACTS/figures.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kind.kube import Cluster, KindError, sql_list, wait_for
+
+pytestmark = pytest.mark.kind
+
+ROOT = Path(__file__).resolve().parents[2]
+QUEUE = "emails"
+JQ = "emails"
+MANUAL_MIGRATE = os.environ.get("TENURE_KIND_MANUAL_MIGRATE", "auto")
+MANUAL_EXPORTER = os.environ.get("TENURE_KIND_MANUAL_EXPORTER", "auto")
+
+# Used only while the operator does not run an exporter itself (TENURE_KIND_MANUAL_EXPORTER).
+EXPORTER = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: manual-exporter
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app.kubernetes.io/name: tenure, app.kubernetes.io/component: exporter}
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: tenure, app.kubernetes.io/component: exporter}
+    spec:
+      containers:
+        - name: exporter
+          image: IMAGE
+          imagePullPolicy: Never
+          args: [exporter, --port, "9464"]
+          env:
+            - {name: TENURE_DATABASE_URL, valueFrom: {secretKeyRef: {name: tenure-db, key: url}}}
+            - {name: TENURE_HOME, value: /tmp/tenure}
+          ports:
+            - {name: metrics, containerPort: 9464}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Cluster:
+    return Cluster()
+
+
+class ReplicaWatch:
+    """Samples the worker Deployment's spec.replicas every second in a thread: (time, replicas)."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.c = c
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                dep = self.c.get("deployment", f"{JQ}-worker")
+                self.samples.append((time.time(), int(dep["spec"].get("replicas") or 0)))
+            except (KindError, ValueError, KeyError):
+                pass
+            self._stop.wait(1.0)
+
+    def __enter__(self) -> ReplicaWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def current(self) -> int:
+        return self.samples[-1][1] if self.samples else -1
+
+    def first_time(self, pred: Any, after: float) -> float | None:
+        for t, r in self.samples:
+            if t >= after and pred(r):
+                return t
+        return None
+
+
+def replicas(c: Cluster) -> int:
+    return int(c.get("deployment", f"{JQ}-worker")["spec"].get("replicas") or 0)
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return None
+
+
+def completed_once(c: Cluster, batch: str, expected: int) -> None:
+    """Every job of ``batch`` completed, each with exactly one accepted ``completed`` event."""
+    rows = c.sql(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'completed') FROM tenure.jobs"
+        f" WHERE payload->>'batch' = '{batch}'")
+    total, done = (int(x) for x in rows[0])
+    assert total == expected, f"batch {batch}: {total} jobs in the database, expected {expected}"
+    assert done == expected, f"batch {batch}: only {done}/{expected} completed"
+    dupes = c.sql(
+        "SELECT e.job_id, count(*) FROM tenure.job_events e JOIN tenure.jobs j ON j.id = e.job_id"
+        f" WHERE j.payload->>'batch' = '{batch}' AND e.event = 'completed'"
+        " GROUP BY e.job_id HAVING count(*) <> 1 LIMIT 5")
+    assert not dupes, f"batch {batch}: jobs without exactly one completed event: {dupes}"
+    events = c.count(
+        "SELECT count(*) FROM tenure.job_events e JOIN tenure.jobs j ON j.id = e.job_id"
+        f" WHERE j.payload->>'batch' = '{batch}' AND e.event = 'completed'")
+    assert events == expected
+
+
+def batch_done(c: Cluster, batch: str, expected: int) -> bool:
+    return c.count(f"SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = '{batch}'"
+                   " AND status = 'completed'") == expected
+
+
+def pods_of_workers(c: Cluster) -> dict[str, str]:
+    """Worker pod name -> node name, for the live worker pods of the JobQueue."""
+    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in c.worker_pods(JQ)}
+
+
+def running_by_pod(c: Cluster) -> dict[str, list[tuple[int, str, str]]]:
+    """Running jobs grouped by the pod (hostname prefix of locked_by): (id, token, worker)."""
+    out: dict[str, list[tuple[int, str, str]]] = {}
+    pods = pods_of_workers(c)
+    for job_id, token, worker in c.sql(
+            f"SELECT id, lock_token, locked_by FROM tenure.jobs WHERE queue_name = '{QUEUE}'"
+            " AND status = 'running'"):
+        for pod in pods:
+            if worker.startswith(pod + "-"):
+                out.setdefault(pod, []).append((int(job_id), token, worker))
+    return out
+
+
+def firing_alerts(c: Cluster) -> list[str]:
+    res = c.service_get("prometheus", 9090, "/api/v1/query", query='ALERTS{alertstate="firing"}')
+    return sorted(r["metric"].get("alertname", "?") for r in res["data"]["result"])
+
+
+def webhook_notifications(c: Cluster) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = c.service_get("alert-webhook", 8080, "/")
+    return seen
+
+
+def alert_status_times(c: Cluster, alertname: str, status: str, after: float) -> list[float]:
+    times = []
+    for note in webhook_notifications(c):
+        if note["received"] < after:
+            continue
+        for alert in note["body"].get("alerts", []):
+            if alert.get("labels", {}).get("alertname") == alertname and alert.get("status") == status:
+                times.append(float(note["received"]))
+    return times
+
+
+# ---------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module", autouse=True)
+def observability(cluster: Cluster) -> Iterator[None]:
+    """Prometheus, Alertmanager and the webhook receiver, before any scenario runs."""
+    c = cluster
+    c.kubectl("create", "configmap", "tenure-rules", "--dry-run=client", "-o", "yaml",
+              f"--from-file=alerts.yaml={ROOT / 'charts/tenure/files/alerts.yaml'}")
+    rules = c.kubectl("create", "configmap", "tenure-rules", "--dry-run=client", "-o", "yaml",
+                      f"--from-file=alerts.yaml={ROOT / 'charts/tenure/files/alerts.yaml'}").stdout
+    c.apply(rules)
+    manifest = (ROOT / "e2e/kind/manifests/observability.yaml").read_text()
+    for key, value in {
+        "${NAMESPACE}": c.namespace,
+        "${PROM_IMAGE}": os.environ.get("TENURE_KIND_PROM_IMAGE", "tenure/prometheus:bookworm"),
+        "${AM_IMAGE}": os.environ.get("TENURE_KIND_AM_IMAGE", "tenure/alertmanager:bookworm"),
+        "${IMAGE}": c.image,
+    }.items():
+        manifest = manifest.replace(key, value)
+    c.apply(manifest)
+    for dep in ("prometheus", "alertmanager", "alert-webhook"):
+        c.kubectl("rollout", "status", f"deploy/{dep}", "--timeout=300s", timeout=320)
+    yield
+
+
+# ---------------------------------------------------------------------------------- scenarios
+@pytest.mark.timeout(1500)
+def test_apply_and_drain_scales_up_down_to_zero_and_back(cluster: Cluster) -> None:
+    c = cluster
+    if MANUAL_MIGRATE == "1":
+        c.tenure_pod("tenure-migrate", ["tenure", "migrate"])
+    example = (ROOT / "examples/jobqueue.yaml").read_text()
+    example = example.replace("image: tenure:dev", f"image: {c.image}")
+    example = example.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never")
+    c.apply(example)
+    t_apply = time.time()
+
+    # The operator creates the children; the pods become Ready through /readyz.
+    def children() -> bool:
+        for kind, name in (("deployment", f"{JQ}-worker"), ("cronjob", f"{JQ}-reaper"),
+                           ("service", f"{JQ}-metrics"), ("pdb", f"{JQ}-worker")):
+            if c.kubectl("get", kind, name, check=False).returncode != 0:
+                return False
+        return True
+    try:
+        wait_for("the JobQueue's Deployment, CronJob, Service and PDB", children, 180)
+    except KindError:
+        if MANUAL_MIGRATE != "auto":
+            raise
+        # Until the operator migrates (issue 16), an unmigrated schema keeps the queue Degraded.
+        c.tenure_pod("tenure-migrate", ["tenure", "migrate"])
+        c.record("manual_migrate", True)
+        wait_for("the JobQueue's children after tenure migrate", children, 180)
+    c.kubectl("wait", "--for=condition=Ready", f"jobqueue/{JQ}", "--timeout=300s", timeout=320)
+    dep = c.get("deployment", f"{JQ}-worker")
+    probe = dep["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"]
+    assert probe == "/readyz"
+    wait_for("a Ready worker pod", lambda: c.get("deployment", f"{JQ}-worker")["status"].get(
+        "readyReplicas", 0) >= 1, 300)
+    c.record("apply_to_ready_seconds", round(time.time() - t_apply, 1))
+    migrated = c.count("SELECT count(*) FROM tenure.schema_migrations")
+    assert migrated >= 1, "the schema was not migrated"
+    exporters = lambda: [p for p in c.get("pods", "-l", "app.kubernetes.io/component=exporter")["items"]  # noqa: E731
+                         if p["status"].get("phase") == "Running"]
+    try:
+        wait_for("an exporter pod run by the operator", exporters, 120)
+    except KindError:
+        if MANUAL_EXPORTER != "auto":
+            raise
+        c.apply(EXPORTER.replace("IMAGE", c.image))
+        c.record("manual_exporter", True)
+        wait_for("the manual exporter pod", exporters, 180)
+    max_replicas = int(c.get("jobqueue", JQ)["spec"]["scaling"]["maxReplicas"])
+
+    with ReplicaWatch(c) as watch:
+        before = replicas(c)
+        t0 = time.time()
+        c.enqueue("enqueue-drain", QUEUE, "drain", 2000)
+        t_enq = time.time()
+        c.record("enqueue_2000_pod_seconds", round(t_enq - t0, 1))
+        wait_for("2,000 jobs completed", lambda: batch_done(c, "drain", 2000), 900, interval=5)
+        t_done = time.time()
+        peak = max(r for _, r in watch.samples if _ >= t0)
+        assert peak > before, f"the operator never scaled up on the backlog (stayed at {before})"
+        up = watch.first_time(lambda r: r > before, t0)
+        top = watch.first_time(lambda r: r == peak, t0)
+        c.record("drain_2000_seconds", round(t_done - t0, 1))
+        c.record("scale_up_first_seconds", round((up or t0) - t0, 1))
+        c.record("scale_up_peak_replicas", peak)
+        c.record("scale_up_to_peak_seconds", round((top or t0) - t0, 1))
+        c.record("max_replicas", max_replicas)
+        completed_once(c, "drain", 2000)
+
+        # Back down (stabilisation shortened for the test), then to zero where allowed.
+        c.patch_jobqueue(JQ, {"scaling": {"scaleDownStabilizationSeconds": 20}})
+        t_idle = time.time()
+        wait_for("scale down to minReplicas=1", lambda: replicas(c) == 1, 300)
+        c.record("scale_down_to_min_seconds", round(time.time() - t_idle, 1))
+        c.patch_jobqueue(JQ, {"scaling": {"minReplicas": 0, "allowScaleToZero": True}})
+        t_zero = time.time()
+        wait_for("scale to zero", lambda: replicas(c) == 0, 300)
+        c.record("scale_to_zero_seconds", round(time.time() - t_zero, 1))
+        wait_for("no worker pods left", lambda: not c.worker_pods(JQ), 180)
+
+        # Enqueuing again scales up from zero.
+        t1 = time.time()
+        c.enqueue("enqueue-fromzero", QUEUE, "fromzero", 50, first_id=100000)
+        wait_for("scale up from zero", lambda: replicas(c) >= 1, 300)
+        c.record("scale_from_zero_seconds", round(time.time() - t1, 1))
+        wait_for("the jobs enqueued at zero completed", lambda: batch_done(c, "fromzero", 50), 600)
+        c.record("scale_from_zero_to_drained_seconds", round(time.time() - t1, 1))
+        completed_once(c, "fromzero", 50)
+    (c.artifacts / "replicas-drain.json").write_text(json.dumps(watch.samples))
+    # A healthy install pages no one: nothing fires after the drain (Prometheus has been
+    # evaluating the generated rules since before the JobQueue was applied).
+    firing = firing_alerts(c)
+    c.record("alerts_firing_on_healthy_install", firing)
+    assert not firing, f"alerts fire on a healthy install: {firing}"
+
+
+@pytest.mark.timeout(900)
+def test_pod_sigkill_mid_job_is_reaped_by_the_cronjob(cluster: Cluster) -> None:
+    c = cluster
+    # Shorter lease/heartbeat/grace so a recovery fits the test; two pods stay up.
+    c.patch_jobqueue(JQ, {"leaseSeconds": 20, "heartbeatSeconds": 5, "graceSeconds": 10,
+                          "reaper": {"graceSeconds": 10},
+                          "scaling": {"minReplicas": 2, "maxReplicas": 4,
+                                      "scaleDownStabilizationSeconds": 60}})
+    wait_for("2 Ready workers on the new spec", lambda: (
+        (d := c.get("deployment", f"{JQ}-worker"))["status"].get("updatedReplicas", 0) >= 2
+        and d["status"].get("readyReplicas", 0) >= 2
+        and d["status"].get("replicas", 0) == d["status"].get("updatedReplicas", 0)), 420)
+    c.enqueue("enqueue-kill", QUEUE, "kill", 600, first_id=200000)
+    victim = wait_for("a worker pod holding running jobs",
+                      lambda: max(running_by_pod(c).items(), key=lambda kv: len(kv[1]), default=None), 180,
+                      interval=1)
+    pod = victim[0]
+    killed_workers = {w for _, _, w in victim[1]}
+    pod_obj = c.get("pod", pod)
+    node = pod_obj["spec"]["nodeName"]
+    cid = pod_obj["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    pid = json.loads(c.docker("exec", node, "crictl", "inspect", cid))["info"]["pid"]
+    c.docker("exec", node, "kill", "-KILL", str(pid))
+    t_kill = c.db_now()
+    # Rows still locked by the killed process's worker id are its orphaned leases (the restarted
+    # container is a new process with a new worker id).
+    stuck = c.sql("SELECT id, lock_token FROM tenure.jobs WHERE status = 'running'"
+                  f" AND locked_by IN {sql_list(sorted(killed_workers))}")
+    orphans = [(int(i), t) for i, t in stuck]
+    assert orphans, f"no job was running on {pod} when its process was killed"
+    ids = [i for i, _ in orphans]
+    wait_for("the orphaned jobs reaped and completed", lambda: c.count(
+        f"SELECT count(*) FROM tenure.jobs WHERE id IN {sql_list(ids)} AND status = 'completed'")
+        == len(ids), 420, interval=3)
+    t_recovered = float(c.scalar(
+        f"SELECT extract(epoch FROM max(completed_at)) FROM tenure.jobs WHERE id IN {sql_list(ids)}"))
+    reaped = c.sql(
+        "SELECT job_id, worker_id, extract(epoch FROM created_at) FROM tenure.job_events"
+        f" WHERE event = 'reaped_due_to_expired_lease' AND job_id IN {sql_list(ids)}"
+        f" AND created_at > to_timestamp({t_kill})")
+    assert {int(r[0]) for r in reaped} == set(ids), f"not every orphan was reaped: {reaped}"
+    # Workers run without an in-process reaper (--reaper-interval 0): only `tenure reaper --once`
+    # in the CronJob's pods reaps, and a Job of the CronJob ran after the kill.
+    assert all(r[1].startswith("reaper-") for r in reaped)
+    worker_args = c.get("deployment", f"{JQ}-worker")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--reaper-interval" not in worker_args
+    reaper_pods = c.get("pods", "-l", f"app.kubernetes.io/instance={JQ},app.kubernetes.io/component=reaper")
+    finished = [p["metadata"]["name"] for p in reaper_pods["items"] if p["status"].get("phase") == "Succeeded"]
+    assert finished, "no pod of the reaper CronJob succeeded"
+    c.record("sigkill_reaper_pods_succeeded", len(finished))
+    by_other = c.sql(
+        "SELECT job_id, worker_id FROM tenure.job_events WHERE event = 'completed'"
+        f" AND job_id IN {sql_list(ids)}")
+    assert len(by_other) == len(ids)
+    assert not [w for _, w in by_other if w in killed_workers], "a killed worker completed a job"
+    completed = wait_for("the kill batch drained", lambda: batch_done(c, "kill", 600), 600, interval=5)
+    assert completed
+    completed_once(c, "kill", 600)
+    first_reap = min(float(r[2]) for r in reaped)
+    c.record("sigkill_orphaned_jobs", len(ids))
+    c.record("sigkill_first_reap_after_kill_seconds", round(first_reap - t_kill, 1))
+    c.record("sigkill_recovery_seconds", round(t_recovered - t_kill, 1))
+    c.record("sigkill_recovery_bound_seconds", "lease 20 + reaper grace 10 + CronJob schedule <= 60 "
+             "+ reaper pod start")
+
+
+@pytest.mark.timeout(1500)
+def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None:
+    c = cluster
+    # The reaper waits 300 s past a lease's expiry, so the expired leases outlive
+    # TenureExpiredLeases' `for: 2m` and page before they are reaped. (Any spec change rolls the
+    # workers, so this happens before the freeze, not during it.)
+    c.patch_jobqueue(JQ, {"reaper": {"graceSeconds": 300}})
+    wait_for("the workers rolled onto the new spec", lambda: (
+        (d := c.get("deployment", f"{JQ}-worker"))["status"].get("updatedReplicas", 0) >= 2
+        and d["status"].get("readyReplicas", 0) >= 2
+        and d["status"].get("replicas", 0) == d["status"].get("updatedReplicas", 0)), 420)
+    c.enqueue("enqueue-freeze", QUEUE, "freeze", 1500, first_id=300000)
+
+    def spread() -> dict[str, list[str]] | None:
+        nodes: dict[str, list[str]] = {}
+        for pod, node in pods_of_workers(c).items():
+            if node:
+                nodes.setdefault(node, []).append(pod)
+        return nodes if len(nodes) >= 2 else None
+    try:
+        nodes = wait_for("worker pods on both worker nodes", spread, 120)
+    except KindError:
+        # All pods landed on one node: move one by cordoning that node and deleting a pod.
+        pod, only = next(iter(pods_of_workers(c).items()))
+        c.kubectl("cordon", only, namespaced=False)
+        c.kubectl("delete", "pod", pod, "--wait=false")
+        nodes = wait_for("worker pods on both worker nodes", spread, 180)
+        c.kubectl("uncordon", only, namespaced=False)
+    busy = wait_for("a node whose pods hold running jobs", lambda: next(
+        (n for n, pods in sorted(nodes.items())
+         if any(running_by_pod(c).get(p) for p in pods)), None), 120, interval=1)
+    frozen_pods = nodes[busy]
+
+    c.docker("pause", busy)
+    t_freeze = c.db_now()
+    t_freeze_wall = time.time()
+    try:
+        victims = {}
+        for pod in frozen_pods:
+            for job_id, token, worker in c.sql(
+                    "SELECT id, lock_token, locked_by FROM tenure.jobs WHERE status = 'running'"
+                    f" AND locked_by LIKE '{pod}-%'"):
+                victims[int(job_id)] = (token, worker)
+        assert victims, f"no running job on frozen node {busy}"
+        frozen_workers = {w for _, w in victims.values()}
+        ids = sorted(victims)
+
+        fired = wait_for("TenureExpiredLeases firing through Alertmanager to the webhook", lambda:
+                         alert_status_times(c, "TenureExpiredLeases", "firing", t_freeze_wall), 480,
+                         interval=5)
+        c.record("alert_expired_leases_fired_after_freeze_seconds", round(fired[0] - t_freeze_wall, 1))
+        wait_for("the frozen node's jobs reaped and completed elsewhere", lambda: c.count(
+            f"SELECT count(*) FROM tenure.jobs WHERE id IN {sql_list(ids)} AND status = 'completed'")
+            == len(ids), 600, interval=3)
+        t_recovered = float(c.scalar(
+            f"SELECT extract(epoch FROM max(completed_at)) FROM tenure.jobs WHERE id IN {sql_list(ids)}"))
+        c.record("freeze_recovery_seconds", round(t_recovered - t_freeze, 1))
+        c.record("freeze_recovery_bound_seconds", "lease 20 + reaper grace 300 + CronJob schedule <= 60 "
+                 "+ reaper pod start")
+        resolved = wait_for("TenureExpiredLeases resolved at the webhook", lambda:
+                            alert_status_times(c, "TenureExpiredLeases", "resolved", fired[0]), 300,
+                            interval=5)
+        c.record("alert_expired_leases_resolved_after_recovery_seconds",
+                 round(resolved[0] - t_recovered, 1))
+    finally:
+        c.docker("unpause", busy)
+    t_thaw = c.db_now()
+    c.record("freeze_seconds", round(t_thaw - t_freeze, 1))
+    c.record("freeze_victim_jobs", len(ids))
+
+    # The thawed workers' late writes (heartbeat, effect, completion) are rejected and audited.
+    def late_rejections() -> list[list[str]]:
+        return c.sql(
+            "SELECT job_id, event, worker_id, coalesce(detail->>'operation', '') FROM tenure.job_events"
+            " WHERE event IN ('stale_completion_rejected', 'stale_write_rejected')"
+            f" AND worker_id IN {sql_list(sorted(frozen_workers))}"
+            f" AND created_at >= to_timestamp({t_thaw})")
+    rejected = wait_for("late writes from the thawed node rejected and audited", late_rejections, 180,
+                        interval=3)
+    c.record("freeze_late_writes_rejected", len(rejected))
+    c.record("freeze_late_write_operations", sorted({f"{r[1]}:{r[3]}" for r in rejected}))
+    # No late write was accepted: each victim completed exactly once, by a worker elsewhere,
+    # and after the freeze no frozen worker wrote an accepted event for a victim.
+    accepted_late = c.sql(
+        "SELECT job_id, event FROM tenure.job_events"
+        f" WHERE job_id IN {sql_list(ids)} AND worker_id IN {sql_list(sorted(frozen_workers))}"
+        f" AND created_at > to_timestamp({t_freeze})"
+        " AND event NOT IN ('stale_completion_rejected', 'stale_write_rejected')")
+    assert not accepted_late, f"late writes from the frozen node were accepted: {accepted_late}"
+    done = c.sql(f"SELECT job_id, worker_id FROM tenure.job_events WHERE event = 'completed'"
+                 f" AND job_id IN {sql_list(ids)}")
+    assert sorted(int(j) for j, _ in done) == ids, "a victim completed other than exactly once"
+    assert not [w for _, w in done if w in frozen_workers]
+    # No guarded effect ran twice: each victim's effect key is recorded succeeded once, by the
+    # attempt that completed the job (the zombie's late effect_succeed was rejected).
+    effects = c.sql(
+        "SELECT j.id, e.status, e.lock_token = ev.lock_token FROM tenure.jobs j"
+        " JOIN tenure.job_executions e ON e.idempotency_key = 'invoice:' || (j.payload->>'invoice_id')"
+        " || ':email:v1'"
+        " JOIN tenure.job_events ev ON ev.job_id = j.id AND ev.event = 'completed'"
+        f" WHERE j.id IN {sql_list(ids)}")
+    assert len(effects) == len(ids), f"effect records missing: {effects}"
+    assert all(s == "succeeded" for _, s, _ in effects)
+    wait_for("the freeze batch drained", lambda: batch_done(c, "freeze", 1500), 600, interval=5)
+    completed_once(c, "freeze", 1500)
+    wait_for("the thawed node Ready again", lambda: (condition(
+        c.get("node", busy, namespaced=False), "Ready") or {}).get("status") == "True", 300)
+
+
+@pytest.mark.timeout(900)
+def test_rolling_update_under_load_loses_nothing(cluster: Cluster) -> None:
+    c = cluster
+    c.enqueue("enqueue-roll", QUEUE, "roll", 1500, first_id=400000)
+    wait_for("the roll batch started", lambda: c.count(
+        "SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = 'roll' AND status = 'completed'")
+        > 50, 300, interval=2)
+    before = c.get("deployment", f"{JQ}-worker")["metadata"].get("generation")
+    t0 = time.time()
+    c.patch_jobqueue(JQ, {"concurrency": 2, "reaper": {"graceSeconds": 10}})
+    wait_for("a new Deployment generation", lambda: c.get(
+        "deployment", f"{JQ}-worker")["metadata"].get("generation") != before, 120)
+    c.kubectl("rollout", "status", f"deploy/{JQ}-worker", "--timeout=600s", timeout=620)
+    c.record("rolling_update_seconds", round(time.time() - t0, 1))
+    wait_for("the roll batch drained", lambda: batch_done(c, "roll", 1500), 600, interval=5)
+    completed_once(c, "roll", 1500)
+    wasted = c.sql(
+        "SELECT e.event, count(*) FROM tenure.job_events e JOIN tenure.jobs j ON j.id = e.job_id"
+        " WHERE j.payload->>'batch' = 'roll' AND e.event NOT IN ('completed', 'released',"
+        " 'released_on_shutdown', 'enqueued', 'claimed') GROUP BY e.event")
+    assert not [r for r in wasted if r[0].startswith(("reaped", "retry", "failed", "dead"))], wasted
+    attempts = c.sql("SELECT attempt_count, count(*) FROM tenure.jobs WHERE payload->>'batch' = 'roll'"
+                     " GROUP BY attempt_count ORDER BY 1")
+    assert attempts == [["1", "1500"]], f"attempts used by the roll batch: {attempts}"
+    released = c.count(
+        "SELECT count(*) FROM tenure.job_events e JOIN tenure.jobs j ON j.id = e.job_id"
+        " WHERE j.payload->>'batch' = 'roll' AND e.event LIKE 'released%'")
+    c.record("rolling_update_jobs_released_on_sigterm", released)
+    pods = c.worker_pods(JQ)
+    assert all(p["spec"]["containers"][0]["args"][p["spec"]["containers"][0]["args"].index(
+        "--concurrency") + 1] == "2" for p in pods)
+
+
+@pytest.mark.timeout(600)
+def test_bad_manifests_are_refused_or_degraded_without_pods(cluster: Cluster) -> None:
+    c = cluster
+    bad = """
+apiVersion: tenure.dev/v1alpha1
+kind: JobQueue
+metadata: {name: bad-heartbeat}
+spec:
+  queue: bad
+  image: IMAGE
+  app: tenure.demo.tasks:app
+  database: {secretRef: {name: tenure-db, key: url}}
+  leaseSeconds: 30
+  heartbeatSeconds: 20
+""".replace("IMAGE", c.image)
+    proc = c.kubectl("apply", "-f", "-", input=bad, check=False)
+    assert proc.returncode != 0, "the API server accepted a heartbeat above a third of the lease"
+    assert "heartbeat" in proc.stderr.lower(), proc.stderr
+    assert c.kubectl("get", "jobqueue", "bad-heartbeat", check=False).returncode != 0
+    c.record("cel_refusal_message", proc.stderr.strip().splitlines()[-1][:300])
+
+    missing = """
+apiVersion: tenure.dev/v1alpha1
+kind: JobQueue
+metadata: {name: no-secret}
+spec:
+  queue: nosecret
+  image: IMAGE
+  imagePullPolicy: Never
+  app: tenure.demo.tasks:app
+  database: {secretRef: {name: does-not-exist, key: url}}
+""".replace("IMAGE", c.image)
+    c.apply(missing)
+    try:
+        cond = wait_for("Degraded=True on the JobQueue without its Secret", lambda: (
+            d if (d := condition(c.get("jobqueue", "no-secret"), "Degraded")) and d.get("status") == "True"
+            else None), 180)
+        c.record("missing_secret_degraded_reason", f"{cond.get('reason')}: {cond.get('message', '')[:200]}")
+        time.sleep(20)  # a few operator intervals: nothing may start meanwhile
+        pods = c.worker_pods("no-secret")
+        restarts = sum(cs.get("restartCount", 0) for p in pods
+                       for cs in p["status"].get("containerStatuses") or [])
+        assert restarts == 0, f"pods of the Degraded JobQueue crash-loop: {restarts} restarts"
+        dep = c.kubectl("get", "deployment", "no-secret-worker", "-o", "json", check=False)
+        if dep.returncode == 0:
+            assert int(json.loads(dep.stdout)["spec"].get("replicas") or 0) == 0
+        else:
+            assert not pods
+    finally:
+        c.kubectl("delete", "jobqueue", "no-secret", "--ignore-not-found", "--wait=true", timeout=180)
+
+
+@pytest.mark.timeout(900)
+def test_observability_in_cluster(cluster: Cluster) -> None:
+    c = cluster
+    # Retries (with lease extensions: 7 s of work against a 5 s heartbeat) and dead letters, so
+    # that the retry and failure panels have series to show.
+    c.enqueue("enqueue-flaky", QUEUE, "flaky", 10, task="flaky_once", first_id=500000,
+              extra={"seconds": 7})
+    c.enqueue("enqueue-poison", QUEUE, "poison", 3, task="always_fails", first_id=600000)
+    wait_for("the flaky jobs completed on their second attempt", lambda: c.count(
+        "SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = 'flaky' AND status = 'completed'"
+        " AND attempt_count = 2") == 10, 300, interval=3)
+    wait_for("the poison jobs dead-lettered", lambda: c.count(
+        "SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = 'poison' AND status = 'failed'")
+        == 3, 120, interval=3)
+    restarts = sum(cs.get("restartCount", 0) for p in c.worker_pods(JQ)
+                   for cs in p["status"].get("containerStatuses") or [])
+    assert restarts == 0, "a worker restarted on a poison job"
+    time.sleep(15)  # three scrapes
+    targets = c.service_get("prometheus", 9090, "/api/v1/targets")["data"]["activeTargets"]
+    discovered = [t for t in targets if "__meta_kubernetes_pod_name" in t.get("discoveredLabels", {})]
+    workers = [t for t in discovered if t["labels"].get("component") == "worker"]
+    assert workers, f"Prometheus discovered no worker pod through the Kubernetes API: {targets}"
+    assert all(t["health"] == "up" for t in workers if t["labels"].get("pod") in pods_of_workers(c)), workers
+    c.record("prometheus_targets", sorted({f"{t['labels'].get('component')}:{t['health']}"
+                                           for t in discovered}))
+    rules = c.service_get("prometheus", 9090, "/api/v1/rules")["data"]["groups"]
+    names = {r["name"] for g in rules for r in g["rules"]}
+    assert "TenureExpiredLeases" in names and len(names) >= 10, names
+
+    # Every dashboard panel returns data from this Prometheus (at least one of its queries).
+    empty = []
+    checked = 0
+    for board in sorted((ROOT / "dashboards").glob("*.json")):
+        for panel in json.loads(board.read_text()).get("panels", []):
+            exprs = [t["expr"] for t in panel.get("targets", []) if t.get("expr")]
+            if not exprs:
+                continue
+            checked += 1
+            ok = False
+            for expr in exprs:
+                q = expr.replace('=~"$queue"', '=~".+"').replace("$__rate_interval", "5m")
+                res = c.service_get("prometheus", 9090, "/api/v1/query", query=q)
+                if res["data"]["result"]:
+                    ok = True
+                    break
+            if not ok:
+                empty.append(f"{board.stem}: {panel.get('title')}")
+    c.record("dashboard_panels_checked", checked)
+    c.record("dashboard_panels_empty", empty)
+    assert checked > 0
+    assert not empty, f"dashboard panels with no data in the cluster: {empty}"

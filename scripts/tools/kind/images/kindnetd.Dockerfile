@@ -1,0 +1,10 @@
+# kind's CNI and storage images.
+# scripts/tools/kind.sh builds this as one image of the registry-free kind path (context:
+# bin/ with the module-built binaries, scripts/tools/kind/*.sh, the host CA bundle).
+ARG DEBIAN_IMAGE=tenure/debian:bookworm
+FROM ${DEBIAN_IMAGE}
+RUN DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 curl jq ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY kindnetd.sh /bin/kindnetd
+CMD ["/bin/kindnetd"]

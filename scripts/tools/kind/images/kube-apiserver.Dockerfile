@@ -1,0 +1,6 @@
+# Control-plane component images for kubeadm's static pods, from the module-built binaries.
+# scripts/tools/kind.sh builds this as one image of the registry-free kind path (context:
+# bin/ with the module-built binaries, scripts/tools/kind/*.sh, the host CA bundle).
+ARG DEBIAN_IMAGE=tenure/debian:bookworm
+FROM ${DEBIAN_IMAGE}
+COPY bin/kube-apiserver /usr/local/bin/kube-apiserver
