@@ -95,3 +95,29 @@ INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, sta
 SELECT 'default', 'noop', '{}'::jsonb, 'running', 1, now(), now(), now() + interval '1 hour',
        'bench-live-worker', gen_random_uuid(), g
 FROM generate_series(1, %(n)s) AS g;
+
+-- name: tenure_spread_priorities
+-- Give every pending job a random priority in [-100, 100] (the priority drain variant).
+UPDATE {schema}.jobs SET priority = floor(random() * 201)::int - 100 WHERE status = 'pending';
+
+-- name: tenure_set_limit
+-- Give the default queue a global running limit (the limit drain variant).
+INSERT INTO {schema}.queues (name, max_running, updated_by) VALUES ('default', %(n)s, 'bench')
+ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running;
+
+-- name: tenure_claim_before_job_control
+-- The claim statement before issue 14 (for EXPLAIN comparisons): one index scan in (queue, available_at, id) order.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[]) AND available_at <= now()
+    ORDER BY queue_name, available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs j
+SET status = 'running', started_at = now(), last_heartbeat_at = now(),
+    lease_expires_at = now() + make_interval(secs => %(lease)s),
+    locked_by = %(worker_id)s, lock_token = gen_random_uuid(),
+    fence = nextval('{schema}.job_fence_seq'), attempt_count = j.attempt_count + 1, updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING j.id;

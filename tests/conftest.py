@@ -37,6 +37,12 @@ def dsn(pg_server: EmbeddedServer | None) -> str:
     return os.environ.get("TENURE_TEST_DATABASE_URL") or (pg_server.dsn if pg_server else "")
 
 
+@pytest.fixture(scope="session")
+def tenure_dsn(dsn: str) -> str:
+    """The tenure.testing plugin's server is this suite's server (one PostgreSQL, not two)."""
+    return dsn
+
+
 @pytest.fixture
 def schema(dsn: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"

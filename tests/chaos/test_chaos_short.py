@@ -44,7 +44,10 @@ def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
 
     figures = report["figures"]
     assert figures["jobs_planned"] == figures["jobs_stored"] == 300
-    assert figures["jobs_completed"] + figures["jobs_dead_lettered"] == 300
+    # Issue 14: the run cancels jobs too; exactly the ones it cancelled end cancelled.
+    cancels = figures["cancels"]
+    assert figures["jobs_cancelled"] == cancels["revoked_running"] + cancels["cancelled_pending"], cancels
+    assert figures["jobs_completed"] + figures["jobs_dead_lettered"] + figures["jobs_cancelled"] == 300
     faults = figures["faults_injected"]
     for kind in ("kill_before_effect", "kill_after_effect", "kill_during_ack", "hang", "sigstop",
                  "partition_drop", "partition_blackhole", "pg_restart", "clock_skew", "process_exit"):

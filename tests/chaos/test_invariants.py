@@ -129,3 +129,24 @@ def test_no_rejection_is_required_from_a_process_that_was_gone_before_it_could_w
     v = verdict(reaps=[reap()], faults=[stop, gone])
     assert v.ok, v.violations
     assert v.figures["fenced_attempts_checked"] == 0
+
+
+def test_job_control_invariants_catch_resurrected_cancels_paused_claims_and_lost_timeouts() -> None:
+    from tenure.chaos.invariants import Verdict, check_job_control
+
+    jobs = [{"id": 1, "status": "cancelled"}, {"id": 2, "status": "completed"}, {"id": 3, "status": "cancelled"},
+            {"id": 4, "status": "completed"}, {"id": 5, "status": "completed"}]
+    faults = [{"kind": "cancel", "job_id": None, "detail": {"job_id": 1, "outcome": "revoked"}},
+              {"kind": "cancel", "job_id": None, "detail": {"job_id": 2, "outcome": "cancelled"}},
+              {"kind": "overrun", "job_id": 4, "detail": {}}, {"kind": "overrun", "job_id": 5, "detail": {}}]
+    good = Verdict()
+    check_job_control(good, jobs=jobs[:1] + jobs[3:4], faults=faults[:1] + faults[2:3], reaps=[],
+                      pause_claims={7: 0}, timeout_jobs={4})
+    assert good.ok, good.violations
+    bad = Verdict()
+    check_job_control(bad, jobs=jobs, faults=faults, reaps=[], pause_claims={7: 2}, timeout_jobs={4})
+    assert any("job 2 was cancelled but ended completed" in m for m in bad.violations["cancel_sticks"])
+    assert any("job 3 is cancelled but nobody" in m for m in bad.violations["cancel_sticks"])
+    assert bad.violations["pause_respected"] == ["2 claim(s) started while the queue was paused (fault 7)"]
+    assert [m.split()[1] for m in bad.violations["timeout_retried"]] == ["5"]
+    assert bad.figures["cancels"] == {"revoked_running": 1, "cancelled_pending": 1, "lost_race": 0}

@@ -70,6 +70,19 @@ def test_python_snippet_runs(block: Block, dsn: str, schema: str, tmp_path: Path
     assert out.returncode == 0, f"{block.where} fails as written:\n{out.stderr}"
 
 
+def test_readme_testing_snippet_passes_under_pytest(dsn: str, tmp_path: Path) -> None:
+    """The "Testing your tasks" snippet is a test file: saved as written and run by pytest (the
+    plugin's fixtures on the test database), its tests pass."""
+    blocks = re.findall(r"```python\n(.*?)```", section(ROOT / "README.md", "Testing your tasks"), flags=re.DOTALL)
+    assert blocks, "the README's testing section has no python block"
+    (tmp_path / "test_receipts.py").write_text(blocks[0], encoding="utf-8")
+    env = {**_user_env(dsn, "unused", tmp_path), "TENURE_TEST_DATABASE_URL": dsn}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_receipts.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"README testing snippet fails under pytest:\n{out.stdout}\n{out.stderr}"
+    assert "2 passed" in out.stdout, out.stdout
+
+
 @pytest.mark.parametrize("block", APP_SNIPPETS, ids=lambda b: b.where)
 def test_task_snippet_serves_the_quick_start_job(block: Block, dsn: str, fresh_schema: str,
                                                  tmp_path: Path) -> None:

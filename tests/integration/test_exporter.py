@@ -39,6 +39,8 @@ GAUGES = {
     "failed": "tenure_queue_dead_letter_jobs",
     "redelivered": "tenure_queue_redelivered_jobs",
     "live_workers": "tenure_queue_live_workers",
+    "paused": "tenure_queue_paused",
+    "max_running": "tenure_queue_max_running",
 }
 
 
@@ -88,7 +90,8 @@ NOT_EXPORTED = ("queue", "in_flight")
 
 
 def _expected(stats: list[QueueStats]) -> dict[str, dict[str, float]]:
-    return {s.queue: {k: float(v) for k, v in s.__dict__.items() if k not in NOT_EXPORTED} for s in stats}
+    return {s.queue: {k: float(v) for k, v in s.__dict__.items() if k not in NOT_EXPORTED and v is not None}
+            for s in stats}
 
 
 def _populate(dsn: str, schema: str, repo: Repository) -> None:
@@ -105,6 +108,10 @@ def _populate(dsn: str, schema: str, repo: Repository) -> None:
     [dead] = repo.claim("w-live", ["emails"], 1, 60)
     assert repo.dead_letter("w-live", dead.id, dead.lock_token, error="bad", error_code="permanent")
     repo.claim("w-live", ["emails"], 1, 60)  # one running, heartbeating worker
+    cancelled = repo.enqueue("send", queue="emails").id
+    assert repo.cancel([cancelled], "test")
+    repo.queue_control_set("emails", requested_by="test", max_running=10, set_limit=True)
+    repo.queue_control_set("paused-q", requested_by="test", paused=True)
 
     for i in range(3):
         repo.enqueue("resize", {"i": i}, queue="images")
@@ -127,7 +134,7 @@ def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> N
         after = repo.queue_stats()
     finally:
         _stop(server, collector)
-    assert set(scraped) == {"emails", "images"}
+    assert set(scraped) == {"emails", "images", "paused-q"}
     exp_before, exp_after = _expected(before), _expected(after)
     for queue, values in exp_before.items():
         got = scraped[queue]

@@ -378,6 +378,44 @@ def test_register_wires_login_timer_and_change_handlers() -> None:
     assert any(c.initial for c in registry._changing.get_all_handlers())  # resume
 
 
+def test_spec_paused_and_max_running_are_applied_and_a_paused_queue_keeps_its_pods() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    first = run(kube, body(), h.QueueFigures(ready=35))
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 4
+    spec = {**body()["spec"], "paused": True, "maxRunning": 5}
+    applied: list[tuple[str, str, str, bool, int]] = []
+
+    def controls(dsn: str, schema: str, queue: str, paused: bool, limit: int) -> None:
+        applied.append((dsn, schema, queue, paused, limit))
+
+    b = feed_back(body(spec), first)
+    out = h.reconcile_jobqueue(b, kube, fetcher(h.QueueFigures(ready=500)), adopt, T0 + dt.timedelta(minutes=5),
+                               scale=True, controls=controls)
+    assert applied == [("postgresql://u:p@db/q", "tenure", "emails", True, 5)]
+    assert (out.status["paused"], out.status["maxRunning"]) == (True, 5)
+    assert "QueueControlsApplied" in [e.reason for e in out.events]
+    # A backlog of 500 on a paused queue does not scale the workers up: the pods are kept as they are.
+    assert kube.store[("Deployment", NS, "mail-worker")]["spec"]["replicas"] == 4
+    # Level-based: once the database agrees, nothing is applied again.
+    again = h.reconcile_jobqueue(feed_back(b, out), kube, fetcher(h.QueueFigures(ready=500, paused=True,
+                                                                                max_running=5)),
+                                 adopt, T0 + dt.timedelta(minutes=6), scale=True, controls=controls)
+    assert len(applied) == 1 and again.error_reason is None
+
+
+def test_spec_max_running_must_be_a_non_negative_integer() -> None:
+    from tenure.operator.spec import SpecError, parse_spec
+
+    base = body()["spec"]
+    assert parse_spec({**base, "maxRunning": 3}).max_running == 3
+    for bad in (-1, "5", True):
+        with pytest.raises(SpecError, match="maxRunning"):
+            parse_spec({**base, "maxRunning": bad})
+    with pytest.raises(SpecError, match="paused"):
+        parse_spec({**base, "paused": "yes"})
+
+
 # --------------------------------------------------------------------------- managed migrations
 
 

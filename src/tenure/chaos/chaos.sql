@@ -112,7 +112,7 @@ SET max_lease_expires_at = greatest(s.max_lease_expires_at, excluded.max_lease_e
 -- name: chaos_progress
 -- Jobs of the run by state: total, terminal, running, pending.
 SELECT count(*)::int AS total,
-       count(*) FILTER (WHERE status IN ('completed', 'failed'))::int AS terminal,
+       count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled'))::int AS terminal,
        count(*) FILTER (WHERE status = 'running')::int AS running,
        count(*) FILTER (WHERE status = 'pending')::int AS pending
 FROM {schema}.jobs WHERE queue_name = %(queue)s;
@@ -127,7 +127,7 @@ WITH ev AS (
     SELECT job_id,
            count(*) FILTER (WHERE event = 'claimed' OR (detail ? 'fence' AND event IN (
                'completed', 'retry_scheduled', 'dead_lettered', 'released', 'deferred',
-               'reaped_due_to_expired_lease', 'reaped_to_dead_letter'))) AS claims,
+               'reaped_due_to_expired_lease', 'reaped_to_dead_letter', 'cancelled'))) AS claims,
            count(*) FILTER (WHERE event = 'completed') AS completions,
            array_agg(lock_token ORDER BY id) FILTER (WHERE event = 'completed') AS completion_tokens,
            (array_agg(lock_token ORDER BY (detail ->> 'fence')::bigint DESC)
@@ -215,6 +215,36 @@ SELECT id, pid FROM {schema}.workers;
 SELECT w.pid, count(*)::int AS running
 FROM {schema}.jobs j JOIN {schema}.workers w ON w.id = j.locked_by
 WHERE j.status = 'running' GROUP BY w.pid;
+
+-- name: chaos_pick_for_cancel
+-- One running job of the run (a pending one when none runs), chosen by a random fraction.
+WITH c AS (
+    SELECT id, status FROM {schema}.jobs
+    WHERE queue_name = %(queue)s AND status IN ('running', 'pending')
+), ranked AS (
+    SELECT id, row_number() OVER (ORDER BY (status = 'running') DESC, id) AS r,
+           count(*) FILTER (WHERE status = 'running') OVER () AS running, count(*) OVER () AS total
+    FROM c
+)
+SELECT id FROM ranked
+WHERE r = 1 + floor(%(fraction)s::float8 * CASE WHEN running > 0 THEN running ELSE total END)::int;
+
+-- name: chaos_claims_between
+-- Attempts of the queue that started inside a window (a paused queue must have none): a claim writes no audit row, so an attempt's start is read from its jobs row (the running or last attempt) and from the record that ended it.
+SELECT count(*)::int AS n FROM (
+    SELECT id AS job_id, started_at FROM {schema}.jobs
+    WHERE queue_name = %(queue)s AND started_at > to_timestamp(%(start)s) AND started_at < to_timestamp(%(end)s)
+    UNION
+    SELECT job_id, (detail ->> 'started_at')::timestamptz FROM {schema}.job_events
+    WHERE queue_name = %(queue)s AND detail ? 'started_at'
+      AND (detail ->> 'started_at')::timestamptz > to_timestamp(%(start)s)
+      AND (detail ->> 'started_at')::timestamptz < to_timestamp(%(end)s)
+) a;
+
+-- name: chaos_timeout_jobs
+-- Jobs with a retry or dead-letter caused by a task timeout.
+SELECT DISTINCT job_id FROM {schema}.job_events
+WHERE queue_name = %(queue)s AND event IN ('retry_scheduled', 'dead_lettered') AND reason = 'task_timeout';
 
 -- name: chaos_ha_setup
 -- Create the HA run's tables: the write probe (on the cluster) or the ledger (on the harness's own server, outside the cluster).

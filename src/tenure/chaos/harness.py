@@ -48,8 +48,9 @@ from typing import Any
 
 import psycopg
 
-from tenure.chaos import QUEUE
-from tenure.chaos.invariants import Timing, Verdict, check_all
+from tenure import control
+from tenure.chaos import QUEUE, TIMED_TASK
+from tenure.chaos.invariants import Timing, Verdict, check_all, check_job_control
 from tenure.chaos.proxy import TcpProxy
 from tenure.chaos.store import ChaosStore
 from tenure.core.db import connect
@@ -127,6 +128,12 @@ class ChaosConfig:
     """PostgreSQL restarts (only with the harness's own embedded server)."""
     gap_restarts: int | None = None
     """Jobs that restart PostgreSQL between their guarded body and ``eff.succeeded()`` (own server only)."""
+    cancels: int | None = None
+    """`tenure jobs cancel` of a random running (else pending) job of the run (issue 14)."""
+    queue_pauses: int | None = None
+    """Pauses of the run's queue, each as long as a SIGSTOP, then resumed (issue 14)."""
+    timeouts: int | None = None
+    """Jobs whose first attempt overruns its task's timeout (chaos.timed), retried as task_timeout."""
     skew: float = SKEW_DEFAULT
     """Seconds of wall-clock skew for workers 1 (+) and 2 (-); 0 disables."""
     recovery_margin: float = RECOVERY_MARGIN_DEFAULT
@@ -161,7 +168,8 @@ class ChaosConfig:
             raise ConfigError("work times must satisfy 0 <= min <= max")
         if self.skew < 0 or self.recovery_margin < 0 or self.settle_timeout <= 0:
             raise ConfigError("skew and margin must be >= 0, settle timeout positive")
-        for name in ("kills_per_kind", "hangs", "sigstops", "partitions", "pg_restarts", "gap_restarts"):
+        for name in ("kills_per_kind", "hangs", "sigstops", "partitions", "pg_restarts", "gap_restarts",
+                     "cancels", "queue_pauses", "timeouts"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"{name} must be >= 0")
@@ -186,13 +194,17 @@ class ChaosConfig:
             "partitions": pick(self.partitions, max(2, round(0.4 * budget))),
             "pg_restarts": pick(self.pg_restarts, max(1, round(0.2 * budget))),
             "gap_restarts": pick(self.gap_restarts, max(2, round(2 * minutes))),
+            "cancels": pick(self.cancels, max(3, round(4 * minutes))),
+            "queue_pauses": pick(self.queue_pauses, max(1, round(0.2 * budget))),
+            "timeouts": pick(self.timeouts, max(2, round(minutes))),
         }
 
 
 @dataclass(frozen=True)
 class TimedFault:
     kind: str
-    """``sigstop``, ``partition_drop``, ``partition_blackhole`` or ``pg_restart``."""
+    """``sigstop``, ``partition_drop``, ``partition_blackhole``, ``pg_restart``, ``cancel`` or
+    ``queue_pause``."""
     after_enqueued: int
     """Fires once the producer has enqueued this many jobs."""
 
@@ -210,7 +222,8 @@ def make_plan(config: ChaosConfig, *, can_partition: bool, can_restart: bool) ->
     rng = random.Random(config.seed)
     counts = config.counts()
     kinds = (["kill_before_effect", "kill_after_effect", "kill_during_ack"] * counts["kills_per_kind"]
-             + ["hang"] * counts["hangs"] + (["restart_in_gap"] * counts["gap_restarts"] if can_restart else []))
+             + ["hang"] * counts["hangs"] + ["overrun"] * counts["timeouts"]
+             + (["restart_in_gap"] * counts["gap_restarts"] if can_restart else []))
     lo, hi = int(config.jobs * 0.05), max(int(config.jobs * 0.9), int(config.jobs * 0.05) + 1)
     pool = list(range(lo, hi))
     rng.shuffle(pool)
@@ -220,13 +233,18 @@ def make_plan(config: ChaosConfig, *, can_partition: bool, can_restart: bool) ->
         timed_kinds += [("partition_drop", "partition_blackhole")[i % 2] for i in range(counts["partitions"])]
     if can_restart:
         timed_kinds += ["pg_restart"] * counts["pg_restarts"]
+    timed_kinds += ["queue_pause"] * counts["queue_pauses"]
     rng.shuffle(timed_kinds)
+    # Cancels take no time and need no calm: spread them on their own points.
+    cancels = [TimedFault("cancel", int((0.10 + 0.75 * rng.random()) * config.jobs))
+               for _ in range(counts["cancels"])]
     timed = []
     for i, kind in enumerate(timed_kinds):
         # Evenly spaced over 10%..85% of production, jittered by a fraction of the spacing.
         span = 0.75 / max(1, len(timed_kinds))
         at = 0.10 + span * (i + rng.uniform(0.1, 0.6))
         timed.append(TimedFault(kind, int(at * config.jobs)))
+    timed = sorted(timed + cancels, key=lambda t: t.after_enqueued)
     work = [rng.uniform(config.work_ms_min, config.work_ms_max) for _ in range(config.jobs)]
     return FaultPlan(markers, timed, work)
 
@@ -447,7 +465,7 @@ class ChaosHarness:
                 if due <= self.enqueued:
                     self._stop.wait(min(0.05, c.duration / c.jobs))
                     continue
-                batch = [JobSpec(task="chaos.job", queue=QUEUE, max_attempts=c.max_attempts,
+                batch = [JobSpec(task=TIMED_TASK if plan.markers.get(n) == "overrun" else "chaos.job", queue=QUEUE, max_attempts=c.max_attempts,
                                  idempotency_key=f"chaos-job:{n}",
                                  payload={"n": n, "work_ms": round(plan.work_ms[n], 1),
                                           **({"fault": plan.markers[n]} if n in plan.markers else {})})
@@ -510,6 +528,14 @@ class ChaosHarness:
             part = next((p for p in self._live("worker") if p.slot == 0), None)
             self.proxy.set_mode(fault.kind.split("_", 1)[1])
             return fault.kind, part, self._db_time(), time.monotonic() + c.pause_seconds
+        if fault.kind == "cancel":
+            started = self._db_time()
+            outcome = self._cancel_one()
+            return fault.kind, outcome, started, time.monotonic()
+        if fault.kind == "queue_pause":
+            with connect(self.dsn, application_name="tenure-chaos-pause") as conn:
+                control.set_paused(conn, QUEUE, True, schema=self.schema, requested_by="chaos")
+            return fault.kind, None, self._db_time(), time.monotonic() + c.pause_seconds
         if fault.kind == "pg_restart":
             assert self.server is not None
             started = self._db_time()
@@ -518,6 +544,18 @@ class ChaosHarness:
             self.server.start()
             return fault.kind, None, started, time.monotonic()
         raise ValueError(fault.kind)
+
+    def _cancel_one(self) -> dict[str, Any]:
+        """Cancel one random running job of the run (a pending one when none runs)."""
+        with connect(self.dsn, application_name="tenure-chaos-cancel") as conn:
+            store = ChaosStore(conn, self.schema)
+            job_id = store.pick_for_cancel(QUEUE, self.rng.random())
+            if job_id is None:
+                return {}
+            report = control.cancel(conn, [job_id], schema=self.schema, requested_by="chaos")
+        outcome = ("revoked" if report.revoked else "cancelled" if report.cancelled
+                   else f"skipped:{report.skipped.get(job_id)}")
+        return {"job_id": job_id, "outcome": outcome}
 
     def _serve_restart_requests(self) -> None:
         """Restart PostgreSQL (``pg_ctl restart -m fast``) for each ``restart_in_gap`` request;
@@ -535,6 +573,16 @@ class ChaosHarness:
 
     def _end(self, active: tuple[str, Any, float, float]) -> None:
         kind, target, started, _ = active
+        if kind == "cancel":
+            if target:
+                self._record(kind, None, started, started, **target)
+            return
+        if kind == "queue_pause":
+            ended = self._db_time()
+            with connect(self.dsn, application_name="tenure-chaos-pause") as conn:
+                control.set_paused(conn, QUEUE, False, schema=self.schema, requested_by="chaos")
+            self._record(kind, None, started, ended)
+            return
         pid = target.pid if isinstance(target, _Proc) else None
         if kind == "sigstop" and isinstance(target, _Proc):
             try:
@@ -625,12 +673,13 @@ class ChaosHarness:
                 active, calm_until = None, time.monotonic() + FAULT_GAP
             if active is None and timed and now >= calm_until and self.enqueued >= timed[0].after_enqueued:
                 due_since = due_since or now
-                aimed = self._aim(timed[0], self._store()) if timed[0].kind != "pg_restart" else None
-                if aimed is not None or timed[0].kind == "pg_restart" or now - due_since >= AIM_WAIT:
+                aimless = timed[0].kind in ("pg_restart", "cancel", "queue_pause")
+                aimed = self._aim(timed[0], self._store()) if not aimless else None
+                if aimed is not None or aimless or now - due_since >= AIM_WAIT:
                     fault, due_since = timed.pop(0), None
                     self._say(f"chaos: {fault.kind} at {self.enqueued} enqueued")
                     active = self._begin(fault, aimed)
-                if active is not None and active[0] == "pg_restart":
+                if active is not None and active[0] in ("pg_restart", "cancel"):
                     self._end(active)
                     active, calm_until = None, time.monotonic() + FAULT_GAP
             store = self._store()
@@ -702,10 +751,15 @@ class ChaosHarness:
         faults = store.faults()
         events = store.event_counts(QUEUE)
         offsets = store.clock_offsets()
+        pause_claims = {int(f["id"]): store.claims_between(QUEUE, float(f["started_at"]), float(f["ended_at"]))
+                        for f in faults if f["kind"] == "queue_pause" and f["ended_at"] is not None}
+        timeout_jobs = store.timeout_job_ids(QUEUE)
         timing = Timing(lease=c.lease, grace=c.grace, reaper_interval=c.reaper_interval, heartbeat=c.heartbeat,
                         max_lease_total=c.max_lease_total, margin=c.recovery_margin)
         verdict: Verdict = check_all(jobs=jobs, reaps=reaps, faults=faults, events=events, planned=c.jobs,
                                      timing=timing, run_end=run_end)
+        check_job_control(verdict, jobs=jobs, faults=faults, reaps=reaps, pause_claims=pause_claims,
+                          timeout_jobs=timeout_jobs)
         if self.proxy is not None:
             verdict.figures["proxy_connections_dropped"] = self.proxy.connections_dropped
         skew = {"method": skew_method, "requested_seconds": c.skew,
@@ -741,6 +795,14 @@ def format_report(report: ChaosReport) -> str:
         ("jobs planned / completed / DLQ", f"{f.get('jobs_planned')} / {f.get('jobs_completed')} / "
                                            f"{f.get('jobs_dead_lettered')} {f.get('dead_letter_causes') or ''}"),
         ("attempts (claims) / redelivered jobs", f"{f.get('attempts')} / {f.get('redelivered_jobs')}"),
+        ("cancels: running revoked / pending / lost race",
+         " / ".join(str((f.get("cancels") or {}).get(k, 0)) for k in ("revoked_running", "cancelled_pending",
+                                                                       "lost_race"))),
+        ("queue pauses / claims while paused", f"{(f.get('queue_pauses') or {}).get('pauses', 0)} / "
+                                               f"{(f.get('queue_pauses') or {}).get('claims_while_paused', 0)}"),
+        ("timeouts: overruns fired / jobs retried as task_timeout",
+         f"{(f.get('task_timeouts') or {}).get('overruns_fired', 0)} / "
+         f"{(f.get('task_timeouts') or {}).get('jobs_retried_as_timeout', 0)}"),
         ("faults injected", ", ".join(f"{k}={v}" for k, v in f.get("faults_injected", {}).items())),
         ("kill during ack: ack first / kill first", "{ack_committed_first} / {killed_first}".format(
             **f.get("kill_during_ack_outcomes", {"ack_committed_first": 0, "killed_first": 0}))),

@@ -37,8 +37,9 @@ from typing import Any
 
 Row = dict[str, Any]
 
-INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "guarded_body_once_across_restart", "single_completion", "stale_writes_fenced",
-              "no_early_reap", "recovery_bounded")
+INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "guarded_body_once_across_restart", "single_completion",
+              "stale_writes_fenced", "no_early_reap", "recovery_bounded", "cancel_sticks", "pause_respected",
+              "timeout_retried")
 KILL_KINDS = ("kill_before_effect", "kill_after_effect", "kill_during_ack")
 EPSILON = 0.002
 """Seconds of float rounding tolerated when comparing DB timestamps converted to epochs."""
@@ -118,7 +119,7 @@ def check_jobs(verdict: Verdict, jobs: Sequence[Row], planned: int) -> None:
     provider_dedups = 0
     for j in jobs:
         jid, st = j["id"], j["status"]
-        if st not in ("completed", "failed"):
+        if st not in ("completed", "failed", "cancelled"):
             v["all_terminal"].append(f"job {jid} (n={j['n']}) stuck in {st} after {j['attempt_count']} attempt(s)")
         if st == "failed" and not j["last_error_code"]:
             v["all_terminal"].append(f"job {jid} dead-lettered without a cause")
@@ -157,6 +158,7 @@ def check_jobs(verdict: Verdict, jobs: Sequence[Row], planned: int) -> None:
         "jobs_stored": len(jobs),
         "jobs_completed": status.get("completed", 0),
         "jobs_dead_lettered": status.get("failed", 0),
+        "jobs_cancelled": status.get("cancelled", 0),
         "dead_letter_causes": dict(sorted(dlq_causes.items())),
         "attempts": sum(int(j["claims"]) for j in jobs),
         "redelivered_jobs": sum(1 for j in jobs if j["claims"] > 1),
@@ -330,3 +332,42 @@ def check_all(*, jobs: Sequence[Row], reaps: Sequence[Row], faults: Sequence[Row
             str(j["planned_fault"]) for j in jobs for _ in range(int(j["provider_dedups"]))).items())),
     })
     return verdict
+
+
+def check_job_control(verdict: Verdict, *, jobs: Sequence[Row], faults: Sequence[Row], reaps: Sequence[Row],
+                      pause_claims: dict[int, int], timeout_jobs: set[int]) -> None:
+    """Issue 14 under faults: cancels stick and are never completed, a paused queue is never
+    claimed from, and every fired overrun is retried (or dead-lettered) as ``task_timeout``."""
+    v = verdict.violations
+    by_id = {int(j["id"]): j for j in jobs}
+    cancelled_by_us = {int(f["detail"]["job_id"]) for f in faults
+                       if f["kind"] == "cancel" and f["detail"] and str(f["detail"].get("outcome")) in
+                       ("cancelled", "revoked")}
+    for jid in sorted(cancelled_by_us):
+        j = by_id.get(jid)
+        if j is None or j["status"] != "cancelled":
+            v["cancel_sticks"].append(f"job {jid} was cancelled but ended {j['status'] if j else 'missing'}")
+    for jid, j in by_id.items():
+        if j["status"] == "cancelled" and jid not in cancelled_by_us:
+            v["cancel_sticks"].append(f"job {jid} is cancelled but nobody cancelled it")
+    for fid, n in pause_claims.items():
+        if n:
+            v["pause_respected"].append(f"{n} claim(s) started while the queue was paused (fault {fid})")
+    reaped_jobs = {int(r["job_id"]) for r in reaps}
+    overruns = [f for f in faults if f["kind"] == "overrun" and f["job_id"] is not None]
+    for f in overruns:
+        jid = int(f["job_id"])
+        j = by_id.get(jid)
+        if jid in timeout_jobs or jid in reaped_jobs or (j is not None and j["status"] == "cancelled"):
+            continue  # a reap (worker stopped, partitioned or killed meanwhile) or a cancel may come first
+        v["timeout_retried"].append(f"job {jid} overran its timeout but was never retried as task_timeout")
+    verdict.figures.update({
+        "cancels": {"revoked_running": sum(1 for f in faults if f["kind"] == "cancel" and f["detail"]
+                                           and f["detail"].get("outcome") == "revoked"),
+                    "cancelled_pending": sum(1 for f in faults if f["kind"] == "cancel" and f["detail"]
+                                             and f["detail"].get("outcome") == "cancelled"),
+                    "lost_race": sum(1 for f in faults if f["kind"] == "cancel" and f["detail"]
+                                     and str(f["detail"].get("outcome", "")).startswith("skipped"))},
+        "queue_pauses": {"pauses": len(pause_claims), "claims_while_paused": sum(pause_claims.values())},
+        "task_timeouts": {"overruns_fired": len(overruns), "jobs_retried_as_timeout": len(timeout_jobs)},
+    })

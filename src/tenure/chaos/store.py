@@ -113,6 +113,16 @@ class ChaosStore:
     def clock_offsets(self) -> list[Row]:
         return self._rows("chaos_clock_offsets")
 
+    def pick_for_cancel(self, queue: str, fraction: float) -> int | None:
+        rows = self._rows("chaos_pick_for_cancel", {"queue": queue, "fraction": min(max(fraction, 0.0), 0.999)})
+        return int(rows[0]["id"]) if rows else None
+
+    def claims_between(self, queue: str, start: float, end: float) -> int:
+        return int(self._rows("chaos_claims_between", {"queue": queue, "start": start, "end": end})[0]["n"])
+
+    def timeout_job_ids(self, queue: str) -> set[int]:
+        return {int(r["job_id"]) for r in self._rows("chaos_timeout_jobs", {"queue": queue})}
+
     def workers(self) -> dict[str, int]:
         return {str(r["id"]): int(r["pid"]) for r in self._rows("chaos_workers")}
 

@@ -9,6 +9,7 @@ the acknowledgement); ``kill_during_ack`` (the process dies within a few millise
 worker starting the acknowledgement statement: before it is sent, in flight, or just after the
 commit; done by wrapping ``Repository.complete_many`` in this process only); ``hang`` (the
 handler never returns and ignores lease loss while the heartbeat thread stays alive);
+``overrun`` (``chaos.timed`` only: the first attempt outlives the task timeout);
 ``restart_in_gap`` (after the guarded body, before ``eff.succeeded()``, the task asks the harness
 to restart PostgreSQL with ``pg_ctl restart -m fast`` and waits ``GAP_SECONDS``; only when the
 harness owns the server and passes ``TENURE_CHAOS_CONTROL_DIR``). The guarded effect is
@@ -45,7 +46,7 @@ from typing import Any, SupportsIndex
 
 import psycopg
 
-from tenure.chaos import QUEUE
+from tenure.chaos import QUEUE, TIMED_TASK, TIMED_TIMEOUT
 from tenure.chaos.store import ChaosStore
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import connect
@@ -214,6 +215,10 @@ def chaos_job(ctx: JobContext) -> None:
             time.sleep(3600)
     if fault == "kill_before_effect" and _fire(ctx, fault):
         _die()
+    if fault == "overrun" and _fire(ctx, fault):
+        # Outlive the task timeout (chaos.timed), then carry on as a late handler would: the
+        # effect guard's check_lease must stop it (the timeout already freed and retried the job).
+        time.sleep(TIMED_TIMEOUT + 1.0)
     pid = os.getpid()
     stage = "self_fenced"
     try:
@@ -246,6 +251,8 @@ def chaos_job(ctx: JobContext) -> None:
     if fault == "kill_during_ack" and _fire(ctx, fault):
         _kill_on_ack.add(ctx.job_id)
 
+
+app.task(TIMED_TASK, timeout=TIMED_TIMEOUT)(chaos_job)
 
 _kill_on_ack: set[int] = set()
 _complete_many = Repository.complete_many

@@ -15,10 +15,10 @@ from typing import Any
 from tenure.cli.common import command, duration, open_repo, positive_int
 from tenure.core.backoff import MAX_ATTEMPTS_DEFAULT
 from tenure.core.errors import ConfigError, JobSpecError
-from tenure.core.repository import JobSpec, iter_batches
+from tenure.core.repository import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, JobSpec, iter_batches
 
 ORDER = 20
-FILE_FIELDS = ("task", "payload", "queue", "max_attempts", "delay", "idempotency_key")
+FILE_FIELDS = ("task", "payload", "queue", "max_attempts", "delay", "idempotency_key", "priority")
 INSERT_BATCH = 5000
 
 
@@ -30,8 +30,10 @@ def register(sub: Any) -> None:
     p.add_argument("--idempotency-key", default=None)
     p.add_argument("--delay", type=duration, default=0.0)
     p.add_argument("--max-attempts", type=positive_int, default=MAX_ATTEMPTS_DEFAULT)
+    p.add_argument("--priority", type=int, default=PRIORITY_DEFAULT,
+                   help=f"integer in [{PRIORITY_MIN}, {PRIORITY_MAX}], default {PRIORITY_DEFAULT}; higher runs first")
     p.add_argument("--from-file", default=None,
-                   help="JSON lines: {task, payload, queue, idempotency_key, max_attempts, delay}; the flags give "
+                   help="JSON lines: {task, payload, queue, idempotency_key, max_attempts, delay, priority}; the flags give "
                         "the defaults; one bad line refuses the whole file")
     p.set_defaults(func=cmd_enqueue)
 
@@ -54,7 +56,7 @@ def spec_from_line(item: Any, defaults: argparse.Namespace) -> JobSpec:
         raise JobSpecError("the task field is required")
     spec = JobSpec(task=task, payload=item.get("payload", {}), queue=item.get("queue", defaults.queue),
                    max_attempts=item.get("max_attempts", defaults.max_attempts), delay=delay,
-                   idempotency_key=item.get("idempotency_key"))
+                   idempotency_key=item.get("idempotency_key"), priority=item.get("priority", defaults.priority))
     spec.validate()
     return spec
 
@@ -94,10 +96,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload)
     except (json.JSONDecodeError, TypeError) as exc:  # TypeError: argparse turns `--payload=--` into a list
         raise ConfigError(f"--payload is not valid JSON: {exc}") from None
-    JobSpec(args.task, payload, args.queue, args.max_attempts, args.delay, args.idempotency_key).validate()
+    JobSpec(args.task, payload, args.queue, args.max_attempts, args.delay, args.idempotency_key,
+            args.priority).validate()
     conn, repo = open_repo(args)
     with conn:
         result = repo.enqueue(args.task, payload, queue=args.queue, idempotency_key=args.idempotency_key,
-                              delay=args.delay, max_attempts=args.max_attempts)
+                              delay=args.delay, max_attempts=args.max_attempts, priority=args.priority)
     print(result.id if result.created else f"{result.id} (existing job with this idempotency key)")
     return 0

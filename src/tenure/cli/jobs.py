@@ -1,4 +1,6 @@
-"""`tenure jobs`: inspect jobs (``show``: one job and its event history)."""
+"""`tenure jobs`: inspect and control jobs: ``show`` (one job and its event history), ``list``
+(filters, keyset paging, --json), ``cancel`` and ``retry`` (issue 14, through
+:mod:`tenure.control`; all or nothing: an unknown id or a wrong state exits 2 and changes nothing)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from tenure.cli.common import command, open_repo, print_json, subcommands
+from tenure import control
+from tenure.cli.common import command, duration, open_repo, positive_int, print_json, subcommands, table
 
 ORDER = 70
+JOBS_LIST_LIMIT_DEFAULT = 50
 SHOW_FIELDS = ("id", "queue_name", "task", "status", "attempt_count", "max_attempts", "lease_expiry_count",
                "fence", "available_at", "started_at", "completed_at", "failed_at", "last_heartbeat_at",
                "lease_expires_at", "lease_expired", "locked_by", "lock_token", "idempotency_key",
@@ -23,6 +27,30 @@ def register(sub: Any) -> None:
     show.add_argument("id", type=int)
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_show)
+    ls = command(jobs, "list", "jobs newest first, filtered, paged with --cursor")
+    ls.add_argument("--queue")
+    ls.add_argument("--status", choices=control.JOB_STATUSES)
+    ls.add_argument("--task")
+    ls.add_argument("--created-since", type=duration, default=None, metavar="DURATION",
+                    help="only jobs created within this duration (e.g. 1h)")
+    ls.add_argument("--failed-since", type=duration, default=None, metavar="DURATION",
+                    help="only jobs whose last failure is within this duration")
+    ls.add_argument("--limit", type=positive_int, default=JOBS_LIST_LIMIT_DEFAULT)
+    ls.add_argument("--cursor", type=positive_int, default=None,
+                    help="continue after this id (printed as the next cursor by the previous page)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_jobs_list)
+
+    cancel = command(jobs, "cancel", "cancel pending or running jobs (all or nothing)")
+    cancel.add_argument("ids", type=positive_int, nargs="+", metavar="ID")
+    cancel.add_argument("--by", default=None, help="who asked, for the audit trail (default cli:USER@HOST)")
+    cancel.set_defaults(func=cmd_jobs_cancel)
+
+    retry = command(jobs, "retry", "put failed or cancelled jobs back as pending (all or nothing)")
+    retry.add_argument("ids", type=positive_int, nargs="+", metavar="ID")
+    retry.add_argument("--app", help="MODULE:ATTR whose task validators check payloads first")
+    retry.add_argument("--by", default=None, help="who asked, for the audit trail (default cli:USER@HOST)")
+    retry.set_defaults(func=cmd_jobs_retry)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -50,3 +78,62 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  {e['created_at'].isoformat()}  {e['event']:30} attempt={e['attempt'] or '-'} "
               f"token={token} by={e['worker_id'] or '-'} {e['reason'] or ''}")
     return 0
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    conn, _ = open_repo(args)
+    with conn:
+        rows, cursor = control.list_jobs(conn, schema=args.schema, queue=args.queue, status=args.status,
+                                         task=args.task, created_since=args.created_since,
+                                         failed_since=args.failed_since, cursor=args.cursor, limit=args.limit)
+    if args.json:
+        print_json(rows)
+    else:
+        table(("id", "queue", "task", "status", "prio", "attempts", "created", "error"),
+                   [(r["id"], r["queue_name"], r["task"], r["status"], r["priority"],
+                     f"{r['attempt_count']}/{r['max_attempts']}", _fmt(r["created_at"]),
+                     r["last_error_code"] or "-") for r in rows])
+    if cursor is not None:
+        print(f"next page: --cursor {cursor}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    conn, _ = open_repo(args)
+    with conn:
+        report = control.cancel(conn, args.ids, schema=args.schema, strict=True,
+                                requested_by=args.by or control.default_requester("cli"))
+    for i in report.cancelled:
+        print(f"cancelled job {i} (was pending)")
+    for i in report.revoked:
+        print(f"cancelled job {i} (was running: token revoked; its worker is told at its next heartbeat)")
+    return 0
+
+
+def cmd_jobs_retry(args: argparse.Namespace) -> int:
+    validate = None
+    if args.app:
+        from tenure.worker.app import load_app
+        app = load_app(args.app)
+
+        def validate(row: dict[str, Any]) -> str | None:
+            task = app.get(row["task"])
+            if task is None:
+                return f"unknown task {row['task']!r} in {args.app}"
+            return task.check_payload(row["payload"])
+
+    conn, _ = open_repo(args)
+    with conn:
+        moved = control.retry(conn, args.ids, schema=args.schema, validate=validate,
+                              requested_by=args.by or control.default_requester("cli"))
+    for i in moved:
+        print(f"retrying job {i} (pending, fresh attempt budget)")
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    return str(value)

@@ -9,8 +9,8 @@ from typing import Any
 from tenure.cli.common import command, open_repo, print_json, table
 
 ORDER = 60
-HEADERS = ("queue", "ready", "sched", "running", "in_flight", "expired", "redelivered", "done", "dlq",
-           "oldest_ready", "oldest_run", "hb_lag_p95", "hb_lag_max", "workers")
+HEADERS = ("queue", "state", "ready", "sched", "running", "in_flight", "expired", "redelivered", "done", "dlq",
+           "cancelled", "oldest_ready", "oldest_run", "hb_lag_p95", "hb_lag_max", "workers")
 
 
 def register(sub: Any) -> None:
@@ -31,8 +31,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         print_json([asdict(s) for s in stats])
         return 0
-    rows = [(s.queue, s.ready, s.scheduled, s.running, s.in_flight, s.running_expired, s.redelivered, s.completed,
-             s.failed, f"{s.oldest_ready_age_seconds:.1f}s", f"{s.oldest_running_age_seconds:.1f}s",
+    rows = [(s.queue, ("paused" if s.paused else "active") + (f" max={s.max_running}" if s.max_running else ""),
+             s.ready, s.scheduled, s.running, s.in_flight, s.running_expired, s.redelivered, s.completed,
+             s.failed, s.cancelled, f"{s.oldest_ready_age_seconds:.1f}s", f"{s.oldest_running_age_seconds:.1f}s",
              f"{s.heartbeat_lag_p95_seconds:.1f}s", f"{s.heartbeat_lag_max_seconds:.1f}s", s.live_workers)
             for s in stats]
     table(HEADERS, rows)

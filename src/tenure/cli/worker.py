@@ -42,6 +42,11 @@ def register(sub: Any) -> None:
     p.add_argument("--reaper-interval", type=duration, default=rt_mod.REAPER_INTERVAL_DEFAULT,
                    help="run an in-process reaper every S seconds (0: leave it to `tenure reaper`)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument("--priority-aging", type=duration, default=rt_mod.PRIORITY_AGING_DEFAULT,
+                   help="a job ready this long is claimed before any priority, oldest first "
+                        "(starvation bound; default %(default)gs)")
+    p.add_argument("--no-scheduler", action="store_true",
+                   help="do not enqueue the app's periodic jobs from this process")
     p.add_argument("--retry-max-attempts", type=positive_int,
                    default=os.environ.get("TENURE_RETRY_MAX_ATTEMPTS") or None,
                    help="queue retry policy: attempts cap, with --backoff-base/--backoff-max "
@@ -71,7 +76,8 @@ def worker_config(args: argparse.Namespace, queues: tuple[str, ...]) -> rt_mod.W
                                          max_lease_total=args.max_lease_total,
                                          max_effect_hold=args.max_effect_hold),
         poll_interval=args.poll_interval, drain_timeout=args.drain_timeout, burst=args.burst,
-        reaper=reaper if in_process else None, retry=retry,
+        reaper=reaper if in_process else None, retry=retry, priority_aging=args.priority_aging,
+        scheduler=not args.no_scheduler,
         redaction=Redaction(mask_keys=tuple(k.strip() for k in args.redact_keys.split(",") if k.strip()),
                             max_error_chars=args.max_error_chars))
     config.validate()

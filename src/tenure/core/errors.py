@@ -69,6 +69,13 @@ class RetryableError(JobFailure):
         self.retry_after = retry_after
 
 
+class TaskTimeout(RetryableError):
+    """An attempt ran longer than its task's ``timeout``: retried with backoff like any
+    retryable failure, under its own error code (and metric label) ``task_timeout``."""
+
+    default_code = "task_timeout"
+
+
 class PermanentError(JobFailure):
     """Failure that retrying cannot fix (invalid payload, bad credentials): dead-letter now."""
 

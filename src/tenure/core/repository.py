@@ -10,6 +10,7 @@ No caching and no retries here: callers decide how to react to errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -61,9 +62,26 @@ def encode_payload(payload: Any) -> str:
     if size > limit:
         raise PayloadError(f"payload is {size} bytes, above the {limit}-byte limit (TENURE_MAX_PAYLOAD_BYTES)")
     return text
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+PRIORITY_DEFAULT = 0
+"""Job priority: an integer in [PRIORITY_MIN, PRIORITY_MAX]; higher runs first."""
+PRIORITY_AGING_DEFAULT = 300.0
+"""Seconds a job may wait ready before it is claimed ahead of every priority (starvation bound)."""
+
+
+def check_priority(priority: Any) -> int:
+    """The priority as an int; ConfigError when it is not an integer in the documented range."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigError(f"priority must be an integer, got {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ConfigError(f"priority {priority} is out of range [{PRIORITY_MIN}, {PRIORITY_MAX}] (higher runs first)")
+    return priority
+
+
 _ZERO_STATS = ("ready", "scheduled", "running", "running_expired", "failed", "oldest_ready_age_seconds",
                "oldest_running_age_seconds", "heartbeat_lag_max_seconds", "heartbeat_lag_p95_seconds",
-               "live_workers", "redelivered", "reaped_total", "in_flight")
+               "live_workers", "redelivered", "reaped_total", "in_flight", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -101,6 +119,7 @@ class JobSpec:
     max_attempts: int = 5
     delay: float = 0.0
     idempotency_key: str | None = None
+    priority: int = PRIORITY_DEFAULT
 
     def validate(self) -> str:
         """Raise JobSpecError (a ValueError) naming the first invalid field: an empty task or queue
@@ -109,6 +128,7 @@ class JobSpec:
         or a payload jsonb cannot store (PayloadError). Returns the payload's stored JSON text."""
         _check_text("task name", self.task)
         _check_text("queue name", self.queue)
+        check_priority(self.priority)
         if self.idempotency_key is not None:
             _check_text("idempotency key", self.idempotency_key, name=False)
         attempts = self.max_attempts
@@ -141,12 +161,13 @@ class ClaimedJob:
     checkpoint_data: Any
     lease_expires_at: datetime
     wait_seconds: float
+    priority: int = PRIORITY_DEFAULT
 
 
 _CLAIMED_FIELDS = tuple(f.name for f in dataclass_fields(ClaimedJob))
 _CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "attempt_count", "max_attempts",
                   "lock_token", "fence", "idempotency_key", "correlation_id", "checkpoint_step", "checkpoint_data",
-                  "lease_expires_at", "wait_seconds")
+                  "lease_expires_at", "wait_seconds", "priority")
 """``job_claim``'s columns, position by position the fields of :class:`ClaimedJob`."""
 
 
@@ -154,7 +175,8 @@ _CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "att
 class HeartbeatOutcome:
     id: int
     outcome: str
-    """``renewed``, ``lost`` (token moved or row gone) or ``max_lease_reached`` (R4)."""
+    """``renewed``, ``lost`` (token moved or row gone), ``cancelled`` (token revoked by a cancel)
+    or ``max_lease_reached`` (R4)."""
     lease_expires_at: datetime | None
     remaining_seconds: float | None
     """Seconds of lease left after renewal, by the DB clock (less than the lease when capped)."""
@@ -263,15 +285,16 @@ class Repository:
     # -- enqueue ----------------------------------------------------------------------------
     def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
                 idempotency_key: str | None = None, delay: float = 0.0, max_attempts: int = 5,
-                payload_version: int = 1, correlation_id: str | None = None) -> EnqueueResult:
+                payload_version: int = 1, correlation_id: str | None = None,
+                priority: int = PRIORITY_DEFAULT) -> EnqueueResult:
         """Insert a job (or return the existing one with the same idempotency key).
         Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything."""
-        text = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key).validate()
+        text = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority).validate()
         if isinstance(payload_version, bool) or not isinstance(payload_version, int) or payload_version < 1:
             raise JobSpecError(f"payload_version must be a whole number >= 1, got {payload_version!r}")
         if correlation_id is not None:
             _check_text("correlation id", correlation_id, name=False)
-        params = {"queue": queue, "task": task, "payload": text,
+        params = {"queue": queue, "task": task, "payload": text, "priority": priority,
                   "payload_version": payload_version, "max_attempts": max_attempts,
                   "delay": float(delay), "idempotency_key": idempotency_key,
                   "correlation_id": correlation_id, "channel": self.channel}
@@ -292,23 +315,36 @@ class Repository:
             "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
             "payloads": payloads,
             "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
-            "idempotency_keys": [j.idempotency_key for j in jobs], "channel": self.channel})
+            "idempotency_keys": [j.idempotency_key for j in jobs],
+            "priorities": [j.priority for j in jobs], "channel": self.channel})
         return int(row["inserted"]) if row else 0
 
     # -- the lease protocol ----------------------------------------------------------------
-    def claim(self, worker_id: str, queues: Sequence[str], limit: int, lease: float) -> list[ClaimedJob]:
-        """Claim up to ``limit`` ready jobs. The hot path: rows arrive as tuples in
-        :class:`ClaimedJob`'s field order (checked against the statement's columns on every
-        call) and become jobs without a dict per row or the frozen ``__init__``."""
-        with self.conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(self._q["job_claim"], {"queues": list(queues), "limit": limit,
-                                               "lease": float(lease), "worker_id": worker_id})
-            if cur.description is None:
-                return []
-            names = tuple(c.name for c in cur.description)
+    def claim(self, worker_id: str, queues: Sequence[str], limit: int, lease: float,
+              aging: float = PRIORITY_AGING_DEFAULT) -> list[ClaimedJob]:
+        """Claim up to ``limit`` jobs: paused queues are skipped, a queue's global ``max_running``
+        caps what is taken, jobs ready longer than ``aging`` seconds go first (oldest first),
+        then priority order. One transaction of two statements, sent as one pipeline: the first
+        locks the control rows of limited queues, so the claim's snapshot sees every committed
+        claim of those queues (a count inside one statement would race).
+
+        The hot path: rows arrive as tuples in :class:`ClaimedJob`'s field order (checked
+        against the statement's columns on every call) and become jobs without a dict per row
+        or the frozen ``__init__``."""
+        params = {"queues": list(queues), "limit": limit, "lease": float(lease),
+                  "worker_id": worker_id, "aging": float(aging)}
+        own_tx = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with contextlib.ExitStack() as stack:
+            if own_tx:
+                stack.enter_context(self.conn.pipeline())
+                stack.enter_context(self.conn.transaction())
+            cur = stack.enter_context(self.conn.cursor(row_factory=tuple_row))
+            cur.execute(self._q["queue_claim_gate"], params)
+            cur.execute(self._q["job_claim"], params)
+            rows = cur.fetchall()  # in a pipeline, the results (and the description) arrive here
+            names = tuple(c.name for c in cur.description or ())
             if names != _CLAIM_COLUMNS:
                 raise RuntimeError(f"job_claim returns {names}, expected {_CLAIM_COLUMNS} (ClaimedJob's order)")
-            rows = cur.fetchall()
         new, fields = object.__new__, _CLAIMED_FIELDS
         jobs = []
         for row in rows:
@@ -439,7 +475,7 @@ class Repository:
         elif isinstance(completed, dict):
             counts = {q: n for q, n in completed.items() if queue is None or q == queue}
         for name in counts.keys() - rows.keys():
-            rows[name] = {"queue": name, **{f: 0 for f in _ZERO_STATS}}
+            rows[name] = {"queue": name, **{f: 0 for f in _ZERO_STATS}, "paused": False, "max_running": None}
         return [QueueStats(**{**rows[name], "completed": counts.get(name, 0)}) for name in sorted(rows)]
 
     def completed_counts(self, queue: str | None = None) -> dict[str, int]:
@@ -538,6 +574,10 @@ class Repository:
     def dlq_purge(self, older_than: float, queue: str | None = None) -> int:
         return len(self._rows("dlq_purge", {"older_than": float(older_than), "queue": queue}))
 
+    def prune_cancelled(self, older_than: float, batch: int = 10_000) -> int:
+        row = self._one("job_prune_cancelled", {"older_than": float(older_than), "batch": batch})
+        return int(row["deleted"]) if row else 0
+
     def prune_completed(self, older_than: float, batch: int = 10_000) -> int:
         row = self._one("job_prune_completed", {"older_than": float(older_than), "batch": batch})
         return int(row["deleted"]) if row else 0
@@ -550,6 +590,66 @@ class Repository:
     def reap_review(self, window_seconds: float, queue: str | None = None) -> list[Row]:
         """Reaps within the window per queue and task, with later writes from the reaped token."""
         return self._rows("job_reap_review", {"window": float(window_seconds), "queue": queue})
+
+
+    # -- job control (issue 14) -------------------------------------------------------------
+    def job_statuses(self, ids: Sequence[int]) -> dict[int, Row]:
+        """``{id: {status, queue_name, task, payload, payload_version}}`` for the ids that exist."""
+        return {int(r["id"]): r for r in self._rows("job_status_many", {"ids": list(ids)})}
+
+    def cancel(self, ids: Sequence[int], requested_by: str) -> list[Row]:
+        """Cancel the pending and running jobs among ``ids`` (others are left alone); returns one
+        row per cancelled job with ``previous_status`` and the ``revoked_token`` of a running one."""
+        return self._rows("job_cancel", {"ids": list(ids), "requested_by": requested_by})
+
+    def retry_jobs(self, ids: Sequence[int], requested_by: str) -> list[int]:
+        """Put failed or cancelled jobs back as pending with a fresh attempt budget."""
+        return [int(r["id"]) for r in self._rows("job_retry_many", {
+            "ids": list(ids), "requested_by": requested_by, "channel": self.channel})]
+
+    def job_list(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
+                 created_since: float | None = None, failed_since: float | None = None,
+                 before_id: int | None = None, limit: int = 100) -> list[Row]:
+        return self._rows("job_list", {"queue": queue, "status": status, "task": task,
+                                       "created_since": created_since, "failed_since": failed_since,
+                                       "before_id": before_id, "limit": limit})
+
+    def queue_control_set(self, name: str, *, requested_by: str, paused: bool | None = None,
+                          max_running: int | None = None, set_limit: bool = False) -> Row:
+        """Pause/resume (``paused``) and/or set the global running limit (``set_limit``; None
+        removes it). Returns the row after, with ``was_paused`` and ``old_max_running``."""
+        row = self._one("queue_control_set", {"name": name, "paused": paused, "max_running": max_running,
+                                              "set_limit": set_limit, "requested_by": requested_by,
+                                              "channel": self.channel})
+        assert row is not None
+        return row
+
+    def queue_control_list(self) -> list[Row]:
+        return self._rows("queue_control_list")
+
+    def queue_controls(self, queues: Sequence[str] | None = None) -> dict[str, Row]:
+        return {r["name"]: r for r in self._rows("queue_control_get",
+                                                 {"queues": list(queues) if queues is not None else None})}
+
+    # -- periodic schedules -----------------------------------------------------------------
+    def periodic_get(self, names: Sequence[str]) -> dict[str, Row]:
+        return {r["name"]: r for r in self._rows("periodic_schedule_get", {"names": list(names)})}
+
+    def periodic_init(self, *, name: str, task: str, queue: str, cron: str, timezone: str,
+                      slot: datetime) -> None:
+        self._rows("periodic_schedule_init", {"name": name, "task": task, "queue": queue, "cron": cron,
+                                              "timezone": timezone, "slot": slot})
+
+    def periodic_enqueue_slot(self, *, name: str, task: str, queue: str, cron: str, timezone: str,
+                              slot: datetime, payload: Any, idempotency_key: str, skipped: int = 0,
+                              max_attempts: int = 5, priority: int = PRIORITY_DEFAULT) -> int | None:
+        """Advance the schedule to ``slot`` and enqueue its job; the job id, or None when another
+        scheduler already did (or the slot is not after the last one)."""
+        row = self._one("periodic_enqueue_slot", {
+            "name": name, "task": task, "queue": queue, "cron": cron, "timezone": timezone, "slot": slot,
+            "payload": encode_payload(payload), "idempotency_key": idempotency_key, "skipped": skipped,
+            "max_attempts": max_attempts, "priority": check_priority(priority), "channel": self.channel})
+        return int(row["id"]) if row else None
 
 
 def iter_batches(items: Iterable[JobSpec], size: int) -> Iterable[list[JobSpec]]:

@@ -28,6 +28,11 @@ class QueueStats:
     """Running jobs whose owner the worker registry sees alive (the sum of the workers'
     ``tenure_jobs_in_flight``, give or take an acknowledgement); ``running - in_flight`` are
     held by dead or silent workers and wait for the reaper."""
+    paused: bool = False
+    """Workers do not claim from a paused queue (`tenure queues pause`)."""
+    max_running: int | None = None
+    """Global cap on running jobs across all workers (`tenure queues limit`), None: none."""
+    cancelled: int = 0
 
 
 def fetch_queue_stats(dsn: str, schema: str = "tenure", queue: str | None = None, *,

@@ -37,6 +37,7 @@ QUEUE_FILTER = 'queue=~"$queue"'
 RATE = "$__rate_interval"
 READY = 'state="ready"'
 RUNNING = 'state="running"'
+CANCELLED = 'state="cancelled"'
 DEAD_LETTERED = 'outcome="dead_lettered"'
 DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
@@ -292,6 +293,37 @@ def overview(t: AlertThresholds) -> Any:
                       "{{queue}} running (DB)"),
                 Query(f"sum by (queue) ({sel('tenure_jobs_in_flight')})",
                       "{{queue}} in flight"),
+            ],
+        ),
+        PanelSpec(
+            "Paused queues and global running limits",
+            "1 while a queue is paused (`tenure queues pause`; workers claim nothing from it,"
+            " running jobs finish), and running jobs against the queue's global max_running"
+            " (`tenure queues limit`). Running flat at the limit with a ready backlog means the"
+            " limit, not the workers, sets the pace.",
+            [
+                Query(f"max by (queue) ({sel('tenure_queue_paused')})", "{{queue}} paused"),
+                Query(f"max by (queue) ({sel('tenure_queue_jobs', RUNNING)})", "{{queue}} running"),
+                Query(f"max by (queue) ({sel('tenure_queue_max_running')})", "{{queue}} max running"),
+            ],
+            right_axis_regex=".* paused",
+        ),
+        PanelSpec(
+            "Cancels, timeouts and periodic slots",
+            "Running jobs whose cancel the owner learned at a heartbeat, attempts that ran past"
+            " their task's timeout (retried as task_timeout), cancelled jobs in the table, and"
+            " periodic slots enqueued or skipped by the bounded catch-up.",
+            [
+                Query(f"sum by (queue) ({rate('tenure_jobs_cancelled_while_running_total')})",
+                      "{{queue}} cancelled while running/s"),
+                Query(f"sum by (queue, task) ({rate('tenure_job_timeouts_total')})",
+                      "{{queue}} {{task}} timeouts/s"),
+                Query(f"max by (queue) ({sel('tenure_queue_jobs', CANCELLED)})",
+                      "{{queue}} cancelled (DB)"),
+                Query(f"sum by (queue, schedule) ({rate('tenure_periodic_enqueued_total')})",
+                      "{{queue}} {{schedule}} periodic enqueued/s"),
+                Query(f"sum by (queue, schedule) ({rate('tenure_periodic_slots_skipped_total')})",
+                      "{{queue}} {{schedule}} periodic skipped/s"),
             ],
         ),
         PanelSpec(

@@ -133,17 +133,25 @@ class QueueCollector(Collector):
                                                  "Non-terminal jobs on attempt > 1.", labels=["queue"]),
                 "live_workers": GaugeMetricFamily("tenure_queue_live_workers", "Live workers in the registry.",
                                                   labels=["queue"]),
+                "paused": GaugeMetricFamily("tenure_queue_paused", "1 while the queue is paused (no claims).",
+                                            labels=["queue"]),
             }
+            limit = GaugeMetricFamily("tenure_queue_max_running", "Global running limit of the queue "
+                                      "(absent: none).", labels=["queue"])
             reaped = CounterMetricFamily("tenure_queue_reaped_jobs", "Jobs recovered by the reaper.",
                                          labels=["queue"])
             for s in stats:
                 for state, value in (("ready", s.ready), ("scheduled", s.scheduled), ("running", s.running),
-                                     ("completed", s.completed), ("failed", s.failed)):
+                                     ("completed", s.completed), ("failed", s.failed),
+                                     ("cancelled", s.cancelled)):
                     jobs.add_metric([s.queue, state], value)
                 for attr, family in gauges.items():
                     family.add_metric([s.queue], float(getattr(s, attr)))
                 reaped.add_metric([s.queue], s.reaped_total)
+                if s.max_running is not None:
+                    limit.add_metric([s.queue], s.max_running)
             yield jobs
+            yield limit
             yield from gauges.values()
             yield reaped
             yield from self._reaper_families()

@@ -138,6 +138,16 @@ def _spec_schema() -> dict[str, Any]:
             "concurrency": _int(
                 "Jobs one worker pod runs at once.", s.CONCURRENCY_DEFAULT, 1, 1024
             ),
+            "paused": _bool(
+                "Pause the queue: workers claim nothing from it (running jobs finish); the pods"
+                " are kept. Applied to the database like `tenure queues pause`.",
+                s.PAUSED_DEFAULT,
+            ),
+            "maxRunning": _int(
+                "Global limit on the queue's running jobs across all pods, enforced in the"
+                " claim statement (`tenure queues limit`); 0 means no limit.",
+                s.MAX_RUNNING_DEFAULT, 0, s.MAX_RUNNING_MAX,
+            ),
             "database": {
                 "type": "object",
                 "description": "Where the queue lives.",
@@ -447,6 +457,8 @@ def status_schema() -> dict[str, Any]:
             "completed": count("Completed jobs still stored (until pruned)."),
             "failed": count("Dead-letter queue depth."),
             "liveWorkers": count("Workers seen within their liveness window."),
+            "paused": {"type": "boolean", "description": "Whether the queue is paused in the database."},
+            "maxRunning": count("The queue's global running limit in the database (0: none)."),
             "oldestReadyAgeSeconds": seconds("Age of the oldest ready job."),
             "statsTime": {
                 "type": "string",
@@ -537,6 +549,14 @@ def build_crd() -> dict[str, Any]:
                             "name": "Queue",
                             "type": "string",
                             "jsonPath": ".spec.queue",
+                            "priority": 1,
+                        },
+                        {"name": "Paused", "type": "boolean", "jsonPath": ".status.paused"},
+                        {
+                            "name": "MaxRunning",
+                            "type": "integer",
+                            "description": "global running limit (0: none)",
+                            "jsonPath": ".status.maxRunning",
                             "priority": 1,
                         },
                         {"name": "Ready", "type": "integer", "jsonPath": ".status.ready"},

@@ -141,6 +141,9 @@ class QueueFigures:
     failed: int = 0
     live_workers: int = 0
     oldest_ready_age_seconds: float = 0.0
+    paused: bool = False
+    max_running: int = 0
+    """The queue's controls as stored in the database (0: no limit)."""
 
     def load(self) -> sc.QueueLoad:
         return sc.QueueLoad(ready=self.ready, running=self.running, scheduled=self.scheduled)
@@ -156,6 +159,8 @@ class StatsUnavailable(Exception):
 
 #: (dsn, schema, queue) -> figures; raises StatsUnavailable.
 StatsFetcher = Callable[[str, str, str], QueueFigures]
+#: (dsn, schema, queue, paused, max_running) -> None: store spec.paused/maxRunning; raises StatsUnavailable.
+ControlApplier = Callable[[str, str, str, bool, int], None]
 #: Adds owner references to a child manifest in place (kopf.adopt in production).
 Adopter = Callable[[dict[str, Any]], None]
 
@@ -195,8 +200,30 @@ def fetch_figures(
                 failed=row.failed,
                 live_workers=row.live_workers,
                 oldest_ready_age_seconds=float(row.oldest_ready_age_seconds),
+                paused=bool(row.paused),
+                max_running=int(row.max_running or 0),
             )
     return QueueFigures()  # a queue nobody enqueued to yet is an empty queue
+
+
+def apply_controls(dsn: str, schema: str, queue: str, paused: bool, max_running: int,
+                   connect_timeout: int = STATS_CONNECT_TIMEOUT_SECONDS_DEFAULT) -> None:
+    """Store the JobQueue's ``paused``/``maxRunning`` in the queue's control row (audited as
+    ``operator``), through the same API as `tenure queues pause|limit`."""
+    import psycopg
+
+    from tenure import control
+    from tenure.core.db import connect
+
+    try:
+        with connect(psycopg.conninfo.make_conninfo(dsn, connect_timeout=connect_timeout),
+                     application_name="tenure-operator") as conn:
+            control.set_paused(conn, queue, paused, schema=schema, requested_by="operator")
+            control.set_max_running(conn, queue, max_running, schema=schema, requested_by="operator")
+    except psycopg.OperationalError as exc:
+        raise StatsUnavailable("DatabaseUnreachable", _one_line(exc)) from exc
+    except psycopg.Error as exc:
+        raise StatsUnavailable("DatabaseError", _one_line(exc)) from exc
 
 
 def _one_line(exc: BaseException) -> str:
@@ -487,6 +514,7 @@ def reconcile_jobqueue(
     now: dt.datetime,
     *,
     scale: bool,
+    controls: ControlApplier | None = None,
     manage_migrations: bool = MANAGE_MIGRATIONS_DEFAULT,
     migration_retry_seconds: float = MIGRATION_RETRY_SECONDS_DEFAULT,
 ) -> Outcome:
@@ -603,6 +631,12 @@ def reconcile_jobqueue(
                 # Before the schema exists there are no figures to read (and no error in that).
                 try:
                     figures = fetch(dsn, spec.schema, spec.queue)
+                    wanted = (spec.paused, spec.max_running)
+                    if controls is not None and (figures.paused, figures.max_running) != wanted:
+                        controls(dsn, spec.schema, spec.queue, *wanted)
+                        events.append(Event("Normal", "QueueControlsApplied",
+                                            f"paused={str(spec.paused).lower()} maxRunning={spec.max_running}"))
+                        figures = dataclasses.replace(figures, paused=spec.paused, max_running=spec.max_running)
                 except StatsUnavailable as exc:
                     error = (exc.reason, str(exc))
                     if exc.reason == "SchemaMissing" and migration.job is not None:
@@ -620,9 +654,12 @@ def reconcile_jobqueue(
     if figures is not None:
         config = sc.ScalerConfig.from_spec(spec)
         history = sc.history_from_status(old_status.get("recommendations"))
-        decision = sc.decide(config, figures.load(), current, history, now)
-        desired = decision.desired
+        if not figures.paused:  # a paused queue keeps its pods: no scaling on a frozen backlog
+            decision = sc.decide(config, figures.load(), current, history, now)
+            desired = decision.desired
         status.update(
+            paused=figures.paused,
+            maxRunning=figures.max_running,
             ready=figures.ready,
             scheduled=figures.scheduled,
             running=figures.running,
@@ -632,8 +669,9 @@ def reconcile_jobqueue(
             liveWorkers=figures.live_workers,
             oldestReadyAgeSeconds=round(figures.oldest_ready_age_seconds, 3),
             statsTime=sc.format_time(now),
-            recommendations=sc.history_to_status(decision.history),
         )
+        if decision is not None:
+            status["recommendations"] = sc.history_to_status(decision.history)
 
     # Children: the complete desired state, applied on every pass.
     applied: dict[str, dict[str, Any]] = {}
@@ -749,6 +787,8 @@ def register(
 
         outcome = reconcile_jobqueue(
             body, kube(), fetch, adopt, dt.datetime.now(dt.UTC), scale=scale,
+            controls=lambda dsn, schema, queue, paused, limit: apply_controls(
+                dsn, schema, queue, paused, limit, config.stats_connect_timeout_seconds),
             manage_migrations=config.manage_migrations,
             migration_retry_seconds=config.migration_retry_seconds,
         )

@@ -48,6 +48,9 @@ REAPER_BATCH_SIZE_DEFAULT = 100
 REAPER_SUSPEND_DEFAULT = False
 METRICS_PORT_DEFAULT = 9100
 SERVICE_MONITOR_DEFAULT = True
+PAUSED_DEFAULT = False
+MAX_RUNNING_DEFAULT = 0
+MAX_RUNNING_MAX = 1_000_000
 EXPORTER_DEFAULT = True
 MIGRATIONS_MANAGED_DEFAULT = True
 
@@ -209,6 +212,10 @@ class JobQueueSpec:
     exporter: bool = EXPORTER_DEFAULT
     migrations: MigrationsSpec = MigrationsSpec()
     pod: PodOverrides = PodOverrides()
+    paused: bool = PAUSED_DEFAULT
+    """Workers claim nothing from the queue while true (`tenure queues pause`); pods are kept."""
+    max_running: int = MAX_RUNNING_DEFAULT
+    """Global cap on the queue's running jobs across all pods (`tenure queues limit`); 0: none."""
 
     def validate(self) -> None:
         """Re-check the CRD's cross-field rules (a plain dict may not have met the API server)."""
@@ -235,6 +242,7 @@ class JobQueueSpec:
             ("scaling.maxReplicas", self.scaling.max_replicas, 1),
             ("scaling.targetReadyPerReplica", self.scaling.target_ready_per_replica, 1),
             ("metrics.port", self.metrics_port, 1),
+            ("maxRunning", self.max_running, 0),
         ):
             if value < low:
                 raise SpecError(f"spec.{name} must be >= {low}, got {value}")
@@ -333,6 +341,8 @@ def parse_spec(spec: Mapping[str, Any]) -> JobQueueSpec:
         service_monitor=_get(
             metrics, "serviceMonitor", bool, SERVICE_MONITOR_DEFAULT, p + "metrics."
         ),
+        paused=_get(spec, "paused", bool, PAUSED_DEFAULT, p),
+        max_running=_get(spec, "maxRunning", int, MAX_RUNNING_DEFAULT, p),
         exporter=_get(metrics, "exporter", bool, EXPORTER_DEFAULT, p + "metrics."),
         migrations=MigrationsSpec(
             managed=_get(

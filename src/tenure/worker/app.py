@@ -10,6 +10,7 @@ from typing import Any
 
 from tenure.core.backoff import RetryPolicy
 from tenure.core.errors import ConfigError, ExceptionMapper
+from tenure.worker.periodic import CATCH_UP_DEFAULT, Schedule
 
 Validator = Callable[[Any], None]
 """Raises (any exception) when a payload violates the task's schema."""
@@ -30,6 +31,9 @@ class Task:
     error_mappers: tuple[ExceptionMapper, ...] = ()
     overrides: tuple[tuple[str, float], ...] = ()
     """Retry fields the task set itself; they win over a queue policy given to the worker."""
+    timeout: float | None = None
+    """Seconds one attempt may run (from its start in the worker), separate from the lease;
+    None: unbounded (only ``--max-lease-total`` bounds it)."""
 
     def retry_policy(self, queue_policy: RetryPolicy | None) -> RetryPolicy:
         """The effective policy: task overrides, else the worker's queue policy, else the app's."""
@@ -60,13 +64,52 @@ class App:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     error_mappers: tuple[ExceptionMapper, ...] = ()
     tasks: dict[str, Task] = field(default_factory=dict)
+    schedules: list[Schedule] = field(default_factory=list)
+    """Periodic jobs declared with :meth:`periodic`; every worker of the app runs the scheduler."""
+
+    def periodic(self, cron: str, *, name: str, payload: Any = None, task: str | None = None,
+                 queue: str | None = None, timezone: str = "UTC", priority: int = 0,
+                 catch_up: int = CATCH_UP_DEFAULT, max_attempts: int | None = None,
+                 **task_options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Enqueue ``task`` (default: ``name``) with ``payload`` at every slot of ``cron``,
+        exactly once per slot however many workers run (see :mod:`tenure.worker.periodic`).
+
+        Used as a decorator it also registers the function as that task (unless a task of that
+        name exists); ``task_options`` (e.g. ``timeout=``) go to :meth:`task`. An invalid cron
+        expression, time zone or payload raises ConfigError at import time.
+        """
+        task_name = task or name
+        schedule = Schedule(cron=cron, name=name, task=task_name, payload=payload,
+                            queue=queue or (self.tasks[task_name].queue if task_name in self.tasks
+                                            else self.default_queue),
+                            timezone=timezone, priority=priority, catch_up=catch_up,
+                            max_attempts=max_attempts or self.retry.max_attempts)
+        schedule.validate()
+        if any(s.name == name for s in self.schedules):
+            raise ConfigError(f"periodic job {name!r} declared twice")
+        self.schedules.append(schedule)
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if task_name not in self.tasks:
+                self.task(task_name, queue=schedule.queue, max_attempts=max_attempts, **task_options)(fn)
+            return fn
+
+        return register
 
     def task(self, name: str | None = None, *, queue: str | None = None,
              max_attempts: int | None = None, base_delay: float | None = None,
              max_delay: float | None = None, validate: Validator | None = None,
-             payload_version: int = 1,
+             payload_version: int = 1, timeout: float | None = None,
              error_mappers: tuple[ExceptionMapper, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register a handler under ``name`` (default: the function name)."""
+        """Register a handler under ``name`` (default: the function name).
+
+        ``timeout`` bounds one attempt's run time in seconds: an async handler is cancelled, a
+        sync one is abandoned (its slot freed, as for a lost lease), and the job is retried
+        with error code ``task_timeout``.
+        """
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0 or timeout != timeout or timeout == float("inf")):
+            raise ConfigError(f"task timeout must be a positive number of seconds, got {timeout!r}")
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             task_name = name or fn.__name__
@@ -81,6 +124,7 @@ class App:
                 name=task_name, fn=fn, is_async=inspect.iscoroutinefunction(fn),
                 queue=queue or self.default_queue, retry=policy, validate=validate,
                 payload_version=payload_version, error_mappers=error_mappers + self.error_mappers,
+                timeout=float(timeout) if timeout is not None else None,
                 overrides=tuple((k, float(v)) for k, v in (("base_delay", base_delay), ("max_delay", max_delay),
                                                            ("max_attempts", max_attempts)) if v is not None))
             return fn

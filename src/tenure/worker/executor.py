@@ -6,11 +6,17 @@ before it starts and frees it when it ends (or when its lease is lost: the handl
 an async one cancelled, and a sync thread that never returns is counted as abandoned). The
 verdict comes from :mod:`~tenure.worker.outcomes`; the :class:`~tenure.worker.acker.Acker`
 writes it. Handlers borrow pooled connections for checkpoints and effects.
+
+A task's ``timeout`` (issue 14) is timed by :class:`~tenure.worker.timeouts.Deadlines` from
+dispatch: when it passes first, the slot is freed exactly as for a lost lease (a sync thread
+that keeps running is abandoned and counted), a retry classified ``task_timeout`` is written
+with the attempt's token, and the handler is told (an async one is cancelled).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import random
 import threading
@@ -22,6 +28,7 @@ from typing import Any
 
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import Connection, connect
+from tenure.core.errors import TaskTimeout
 from tenure.core.redaction import Redaction
 from tenure.core.repository import ClaimedJob, Repository
 from tenure.worker import outcomes
@@ -31,6 +38,9 @@ from tenure.worker.context import JobContext
 from tenure.worker.metrics import WorkerMetrics
 from tenure.worker.outcomes import Outcome
 from tenure.worker.slots import Slots
+from tenure.worker.timeouts import Deadlines
+
+log = logging.getLogger("tenure.worker")
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ class Executor:
         self._loop_thread: threading.Thread | None = None
         self._handler_conns: queue.SimpleQueue[Connection] = queue.SimpleQueue()
         self._rng = random.Random()
+        self._deadlines = Deadlines(self._timed_out)
         if any(t.is_async for t in app.tasks.values()):
             self._start_async_loop()
 
@@ -107,6 +118,8 @@ class Executor:
         tm.attempts.observe(job.attempt)
         self.slots.take(ctx)
         task = self.app.get(job.task)
+        if task is not None and task.timeout is not None:
+            self._deadlines.add(ctx, task.timeout)
         if task is not None and task.is_async and self._loop is not None:
             return task, ctx
         self.slots.attach(ctx, self._pool.submit(self._run_sync, task, ctx))
@@ -187,6 +200,19 @@ class Executor:
         if self.slots.lose(ctx, is_async=bool(task and task.is_async)):
             self._on_done()
 
+    def _timed_out(self, ctx: JobContext, seconds: float) -> None:
+        """Called by the deadline thread: free the slot as for a lost lease, write a retry
+        classified ``task_timeout`` (CAS on the token), then tell the handler (async: cancelled).
+        Nothing happens when the attempt already finished or lost its lease."""
+        task = self.app.get(ctx.job.task)
+        if task is None or not self.slots.lose(ctx, is_async=task.is_async, owe_ack=True):
+            return
+        self.metrics.timeouts.labels(ctx.job.queue, ctx.job.task).inc()
+        log.warning("attempt exceeded its %gs timeout", seconds, extra=ctx.log_extra)
+        self.acker.put(self._on_error(task, ctx, TaskTimeout(f"attempt exceeded its {seconds:g}s timeout")))
+        ctx.signal_lease_lost(f"task timeout after {seconds:g}s", counted=False)  # counted as a timeout, not a lost lease
+        self._on_done()
+
     # -- what handlers borrow -----------------------------------------------------------------
     def _count_lease_lost(self, ctx: JobContext) -> None:
         self.metrics.leases_lost.labels(ctx.job.queue, ctx.job.task).inc()
@@ -203,6 +229,7 @@ class Executor:
         return _Borrowed(self, fresh)
 
     def shutdown(self) -> None:
+        self._deadlines.stop()
         if self._loop is not None and self._loop_thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop_thread.join(timeout=5)

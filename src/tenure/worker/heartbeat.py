@@ -30,6 +30,9 @@ HEARTBEAT_DEFAULT = 5.0
 MAX_LEASE_TOTAL_DEFAULT = 3600.0
 MAX_EFFECT_HOLD_DEFAULT = 7200.0
 MIN_LEASE_TO_HEARTBEAT_RATIO = 3.0
+LOSS_REASONS = {"max_lease_reached": "maximum total lease reached", "cancelled": "job cancelled: token revoked"}
+"""What the handler is told (``ctx.lease_lost``) and the audit records, per heartbeat outcome."""
+LOSS_REASON_DEFAULT = "token no longer current"
 
 
 @dataclass(frozen=True)
@@ -125,11 +128,13 @@ class Heartbeater:
                 if outcome.id in overdue:
                     self._unconfirmed.pop(outcome.id, None)
                     if outcome.outcome != "renewed":  # already told; the database confirms: record it
-                        why = ("maximum total lease reached" if outcome.outcome == "max_lease_reached"
-                               else "token no longer current")
+                        why = LOSS_REASONS.get(outcome.outcome, LOSS_REASON_DEFAULT)
                         self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", why)
-                        if self.metrics and outcome.outcome == "lost":
-                            self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
+                        if self.metrics:
+                            if outcome.outcome == "cancelled":
+                                self.metrics.cancelled_running.labels(*labels).inc()
+                            if outcome.outcome in ("lost", "cancelled"):
+                                self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
                     continue  # a renewal of a lease already given up changes nothing here
                 if outcome.outcome == "renewed":
                     # The DB granted `remaining` seconds from its own now(); counting them from our
@@ -144,11 +149,13 @@ class Heartbeater:
                 if not self.slots.holds(ctx):
                     continue  # finished while we were renewing: not a loss
                 lost += 1
-                reason = ("maximum total lease reached" if outcome.outcome == "max_lease_reached"
-                          else "token no longer current")
+                reason = LOSS_REASONS.get(outcome.outcome, LOSS_REASON_DEFAULT)
                 self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", reason)
-                if self.metrics and outcome.outcome == "lost":
-                    self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
+                if self.metrics:  # tenure_leases_lost_total is counted by on_lost, once per attempt
+                    if outcome.outcome == "cancelled":
+                        self.metrics.cancelled_running.labels(*labels).inc()
+                    if outcome.outcome in ("lost", "cancelled"):
+                        self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
                 self.on_lost(ctx, reason)
             return lost
 

@@ -34,6 +34,16 @@ class WorkerMetrics:
         self.deferred = Counter("tenure_jobs_deferred",
                                 "Jobs handed back because another live attempt holds their effect's idempotency key.",
                                 qt, registry=registry)
+        self.timeouts = Counter("tenure_job_timeouts", "Attempts that ran past their task's timeout.", qt,
+                                registry=registry)
+        self.cancelled_running = Counter("tenure_jobs_cancelled_while_running",
+                                         "Running jobs whose cancel this worker learned at a heartbeat.", qt,
+                                         registry=registry)
+        self.periodic_enqueued = Counter("tenure_periodic_enqueued", "Periodic slots this process enqueued.",
+                                         ["queue", "schedule"], registry=registry)
+        self.periodic_skipped = Counter("tenure_periodic_slots_skipped",
+                                        "Missed periodic slots skipped by the bounded catch-up.", ["queue", "schedule"],
+                                        registry=registry)
         self.lease_extensions = Counter("tenure_lease_extensions", "Lease renewals accepted by heartbeat.", qt,
                                         registry=registry)
         self.leases_lost = Counter("tenure_leases_lost", "Leases lost (heartbeat rejected, local deadline "

@@ -6,7 +6,9 @@ handler threads, pending acknowledgements, open effects) behind one lock;
 :mod:`~tenure.worker.outcomes` decides what a handler's result means;
 :class:`~tenure.worker.acker.Acker` writes outcomes in batches;
 :class:`~tenure.worker.heartbeat.Heartbeater` renews leases from a snapshot of the slots;
-:class:`~tenure.worker.notify.Listener` wakes the claim loop on NOTIFY. This module claims
+:class:`~tenure.worker.notify.Listener` wakes the claim loop on NOTIFY;
+:class:`~tenure.worker.periodic.Scheduler` enqueues the app's periodic schedules (unless
+``scheduler`` is off); per-task timeouts are the executor's. This module claims
 (the main thread), runs handlers (sync on a thread pool, async on one event-loop thread) and
 ties the parts together. A handler whose lease is lost is told at once (``ctx.lease_lost``;
 async handlers are also cancelled); its slot is freed, and a sync handler thread that never
@@ -34,6 +36,7 @@ from tenure.core.backoff import RetryPolicy
 from tenure.core.db import connect
 from tenure.core.errors import ConfigError, first_line
 from tenure.core.redaction import Redaction
+from tenure.core.repository import PRIORITY_AGING_DEFAULT as PRIORITY_AGING_DEFAULT
 from tenure.core.repository import ClaimedJob, Repository
 from tenure.core.service import ServiceConnection
 from tenure.core.version import __version__
@@ -44,6 +47,7 @@ from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
 from tenure.worker.metrics import WorkerMetrics
 from tenure.worker.notify import Listener, Wakeup
 from tenure.worker.outcomes import Outcome
+from tenure.worker.periodic import Schedule, Scheduler
 
 log = logging.getLogger("tenure.worker")
 
@@ -83,6 +87,11 @@ class WorkerConfig:
     """What is masked in dead-lettered payloads and error texts."""
     retry: RetryPolicy | None = None
     """The queue's retry policy (e.g. from a JobQueue spec); tasks' own overrides still win."""
+    priority_aging: float = PRIORITY_AGING_DEFAULT
+    """Seconds a job may wait ready before it is claimed ahead of every priority (starvation bound)."""
+    scheduler: bool = True
+    """Run the app's periodic schedules in this process (any number of processes may: each slot
+    is enqueued exactly once)."""
 
     def validate(self) -> None:
         if not self.queues:
@@ -97,6 +106,8 @@ class WorkerConfig:
             raise ConfigError("poll interval must be positive")
         if self.drain_timeout < 0:
             raise ConfigError("drain timeout must be >= 0")
+        if self.priority_aging < 0:
+            raise ConfigError("priority aging must be >= 0")
         self.heartbeat.validate()
         if self.retry is not None:
             self.retry.validate()
@@ -177,6 +188,11 @@ class Worker:
         self.acker.start()
         self.listener.start()
         reaper_stop = threading.Event()
+        if self.app.schedules and cfg.scheduler:
+            scheduler = Scheduler(self.app.schedules, dsn=self.dsn, schema=self.schema,
+                                  on_enqueue=self._periodic_enqueued)
+            threading.Thread(target=scheduler.run_forever, args=(reaper_stop,), name="tenure-scheduler",
+                             daemon=True).start()
         if cfg.reaper is not None:
             reaper = Reaper(cfg.reaper, dsn=self.dsn, schema=self.schema, reaper_id=f"reaper-{self.worker_id}")
             threading.Thread(target=reaper.run_forever, args=(reaper_stop,), name="tenure-reaper", daemon=True).start()
@@ -222,7 +238,8 @@ class Worker:
             try:
                 repo = Repository(claim.get(), self.schema)
                 if want > 0:
-                    claimed = repo.claim(self.worker_id, cfg.queues, want, cfg.heartbeat.lease)
+                    claimed = repo.claim(self.worker_id, cfg.queues, want, cfg.heartbeat.lease,
+                                         aging=cfg.priority_aging)
                     self.executor.dispatch(claimed)
                     if len(claimed) == want:
                         continue
@@ -243,6 +260,12 @@ class Worker:
     def _queues_empty(self, repo: Repository) -> bool:
         stats = repo.queue_stats(completed=False)
         return not any(s.ready or s.running or s.scheduled for s in stats if s.queue in self.config.queues)
+
+    def _periodic_enqueued(self, schedule: Schedule, slot: object, job_id: int, skipped: int) -> None:
+        """Called by the scheduler for each slot this process enqueued (and the ones it skipped)."""
+        self.metrics.periodic_enqueued.labels(schedule.queue, schedule.name).inc()
+        if skipped:
+            self.metrics.periodic_skipped.labels(schedule.queue, schedule.name).inc(skipped)
 
     # -- draining -----------------------------------------------------------------------------
     def _drain(self) -> None:

@@ -90,15 +90,19 @@ class Slots:
             self._pending_acks += 1
             self._changed.notify_all()
 
-    def lose(self, ctx: JobContext, *, is_async: bool) -> bool:
-        """The lease is lost: free the slot now so the worker keeps serving; a sync handler
-        still running is counted as abandoned until it returns. False if not held (any more)."""
+    def lose(self, ctx: JobContext, *, is_async: bool, owe_ack: bool = False) -> bool:
+        """The lease is lost (or the attempt timed out): free the slot now so the worker keeps
+        serving; a sync handler still running is counted as abandoned until it returns.
+        ``owe_ack``: the caller writes an outcome for this attempt (a timeout's retry). False if
+        not held (any more), and then nothing is owed."""
         with self._lock:
             if not self._free(ctx):
                 return False
             fut = self._futures.get(ctx.job.id)
             if fut is not None and not fut.done() and not is_async:
                 self._abandoned.add(ctx.job.id)
+            if owe_ack:
+                self._pending_acks += 1
             self._changed.notify_all()
             return True
 

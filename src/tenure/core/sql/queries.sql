@@ -6,9 +6,10 @@
 -- Insert one job; with an idempotency key, return the existing job instead of a copy (R13).
 WITH ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, payload_version, max_attempts,
-                               available_at, idempotency_key, correlation_id)
+                               available_at, idempotency_key, correlation_id, priority)
     VALUES (%(queue)s, %(task)s, %(payload)s::jsonb, %(payload_version)s, %(max_attempts)s,
-            now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s)
+            now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s,
+            %(priority)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 ), notified AS (
@@ -23,11 +24,12 @@ WHERE j.idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM ins)
 -- Insert a batch of jobs in one statement (arrays, one element per job); duplicates by key are skipped.
 WITH input AS (
     SELECT * FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
-                         %(max_attempts)s::int[], %(delays)s::float8[], %(idempotency_keys)s::text[])
-                  WITH ORDINALITY AS t(queue_name, task, payload, max_attempts, delay, idempotency_key, ord)
+                         %(max_attempts)s::int[], %(delays)s::float8[], %(idempotency_keys)s::text[],
+                         %(priorities)s::smallint[])
+                  WITH ORDINALITY AS t(queue_name, task, payload, max_attempts, delay, idempotency_key, priority, ord)
 ), ins AS (
-    INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, idempotency_key)
-    SELECT queue_name, task, payload, max_attempts, now() + make_interval(secs => delay), idempotency_key
+    INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, idempotency_key, priority)
+    SELECT queue_name, task, payload, max_attempts, now() + make_interval(secs => delay), idempotency_key, priority
     FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue_name
@@ -36,16 +38,54 @@ WITH input AS (
 )
 SELECT count(*)::int AS inserted FROM ins WHERE (SELECT count(*) FROM notified) >= 0;
 
+-- name: queue_claim_gate
+-- Lock the control rows of the claimed queues that have a global running limit (in name order), so limited claims serialise and the next statement counts every committed claim.
+SELECT name FROM {schema}.queues
+WHERE name = ANY(%(queues)s::text[]) AND max_running IS NOT NULL AND NOT paused
+ORDER BY name
+FOR UPDATE;
+
 -- name: job_claim
--- Claim up to `limit` ready jobs atomically (SKIP LOCKED): fresh token and fence per job, lease from the DB clock (R1).
+-- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, each queue capped by its global max_running, jobs ready longer than `aging` first (oldest first), then by priority; fresh token and fence per job, lease from the DB clock (R1).
 -- A running attempt is recorded on its jobs row (owner, token, fence, started_at); its audit row (the attempt
 -- record) is written once, by whatever ends the attempt, so a claim inserts nothing into job_events.
-WITH picked AS (
-    SELECT id FROM {schema}.jobs
-    WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[]) AND available_at <= now()
-    ORDER BY queue_name, available_at, id
+WITH q AS (
+    SELECT u.name, u.ord,
+           CASE WHEN s.max_running IS NULL THEN %(limit)s::int
+                ELSE greatest(0, least(%(limit)s::int, s.max_running - (
+                    SELECT count(*)::int FROM {schema}.jobs r
+                    WHERE r.status = 'running' AND r.queue_name = u.name))) END AS room
+    FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS u(name, ord)
+    LEFT JOIN {schema}.queues s ON s.name = u.name
+    WHERE s.paused IS NOT TRUE
+), aged AS (
+    SELECT a.id, q.name, q.ord, a.rank
+    FROM q CROSS JOIN LATERAL (
+        SELECT id, row_number() OVER () AS rank FROM (
+            SELECT id FROM {schema}.jobs
+            WHERE status = 'pending' AND queue_name = q.name
+              AND available_at <= now() - make_interval(secs => %(aging)s)
+            ORDER BY available_at, id
+            LIMIT q.room
+            FOR UPDATE SKIP LOCKED) x
+    ) a
+), ranked AS (
+    SELECT p.id, q.ord, p.rank
+    FROM q CROSS JOIN LATERAL (
+        SELECT id, row_number() OVER () AS rank FROM (
+            SELECT id FROM {schema}.jobs
+            WHERE status = 'pending' AND queue_name = q.name AND available_at <= now()
+              AND id <> ALL (ARRAY(SELECT id FROM aged WHERE aged.name = q.name))
+            ORDER BY priority DESC, available_at, id
+            LIMIT greatest(0, q.room - (SELECT count(*)::int FROM aged WHERE aged.name = q.name))
+            FOR UPDATE SKIP LOCKED) y
+    ) p
+), picked AS (
+    SELECT id, row_number() OVER (ORDER BY ord, lane, rank) AS pos
+    FROM (SELECT id, ord, 0 AS lane, rank FROM aged
+          UNION ALL SELECT id, ord, 1, rank FROM ranked) c
+    ORDER BY ord, lane, rank
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {schema}.jobs j
     SET status = 'running', started_at = now(), last_heartbeat_at = now(),
@@ -57,9 +97,9 @@ WITH picked AS (
     RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
               j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
               j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
-              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds
+              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority
 )
-SELECT * FROM claimed;
+SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.pos;
 
 -- name: job_heartbeat
 -- Renew every lease a worker holds in one statement (CAS per job on its token), bounded by the max total lease (R3, R4).
@@ -91,6 +131,7 @@ WITH held AS (
 SELECT h.id,
        CASE WHEN r.id IS NOT NULL THEN 'renewed'
             WHEN j.lock_token = h.token AND j.status = 'running' THEN 'max_lease_reached'
+            WHEN j.status = 'cancelled' THEN 'cancelled'
             ELSE 'lost' END AS outcome,
        r.lease_expires_at,
        extract(epoch FROM r.lease_expires_at - now())::float8 AS remaining_seconds
@@ -341,10 +382,18 @@ WITH pending AS (
     SELECT queue_name, count(*) AS reaped FROM {schema}.job_events
     WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
       AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text) GROUP BY queue_name
+), ctl AS (
+    SELECT name AS queue_name, paused, max_running FROM {schema}.queues
+    WHERE %(queue)s::text IS NULL OR name = %(queue)s::text
+), cancelled AS (
+    SELECT queue_name, count(*) AS cancelled FROM {schema}.jobs
+    WHERE cancelled_at IS NOT NULL AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    GROUP BY queue_name
 ), queues AS (
     SELECT queue_name FROM pending UNION SELECT queue_name FROM running
     UNION SELECT queue_name FROM failed UNION SELECT queue_name FROM live
-    UNION SELECT queue_name FROM reaped
+    UNION SELECT queue_name FROM reaped UNION SELECT queue_name FROM ctl
+    UNION SELECT queue_name FROM cancelled
 )
 SELECT q.queue_name AS queue,
        coalesce(p.ready, 0)::bigint AS ready, coalesce(p.scheduled, 0)::bigint AS scheduled,
@@ -357,13 +406,17 @@ SELECT q.queue_name AS queue,
        coalesce(r.lag_p95, 0)::float8 AS heartbeat_lag_p95_seconds,
        coalesce(l.live_workers, 0)::bigint AS live_workers,
        (coalesce(p.redelivered, 0) + coalesce(r.redelivered, 0))::bigint AS redelivered,
-       coalesce(rp.reaped, 0)::bigint AS reaped_total
+       coalesce(rp.reaped, 0)::bigint AS reaped_total,
+       coalesce(c.paused, false) AS paused, c.max_running,
+       coalesce(cx.cancelled, 0)::bigint AS cancelled
 FROM queues q
 LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
 LEFT JOIN failed f USING (queue_name)
 LEFT JOIN live l USING (queue_name)
 LEFT JOIN reaped rp USING (queue_name)
+LEFT JOIN ctl c USING (queue_name)
+LEFT JOIN cancelled cx USING (queue_name)
 WHERE %(queue)s::text IS NULL OR q.queue_name = %(queue)s::text
 ORDER BY q.queue_name;
 
@@ -513,6 +566,20 @@ WITH doomed AS (
 )
 SELECT count(*)::int AS deleted FROM deleted;
 
+-- name: job_prune_cancelled
+-- Delete up to `batch` cancelled jobs cancelled more than `older_than` seconds ago, and their audit events.
+WITH doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE cancelled_at IS NOT NULL AND status = 'cancelled'
+      AND cancelled_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY cancelled_at LIMIT %(batch)s
+), deleted AS (
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+), events AS (
+    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+)
+SELECT count(*)::int AS deleted FROM deleted;
+
 -- name: job_runtime_quantiles
 -- Runtime p50/p99 of recent successful attempts per queue and task (from audit events), for `tenure doctor`.
 WITH runs AS (
@@ -613,3 +680,144 @@ SELECT coalesce(max(version), 0) AS version FROM {schema}.schema_migrations;
 -- name: migration_record
 -- Record one applied migration.
 INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: job_cancel
+-- Cancel jobs by id in one statement: pending ones at once; running ones by revoking their token (CAS on the token read), so the owner's next heartbeat reports the loss and its later writes are rejected. Every cancel is audited with who asked; a running job's cancel ends its attempt, so it is that attempt's record (fence, started_at).
+WITH target AS (
+    SELECT id, status, lock_token, locked_by, attempt_count, fence, started_at FROM {schema}.jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('pending', 'running')
+    ORDER BY id
+    FOR UPDATE
+), updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'cancelled', cancelled_at = now(), lease_expires_at = NULL, locked_by = NULL,
+        lock_token = NULL, updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND j.status = t.status AND j.lock_token IS NOT DISTINCT FROM t.lock_token
+    RETURNING j.id, j.queue_name, t.status AS previous_status, t.lock_token AS revoked_token,
+              t.locked_by AS owner, t.attempt_count, t.fence, t.started_at
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name, 'cancelled', revoked_token, owner, attempt_count,
+           'requested by ' || %(requested_by)s::text,
+           jsonb_build_object('requested_by', %(requested_by)s::text, 'previous_status', previous_status::text)
+           || CASE WHEN previous_status = 'running'
+                   THEN jsonb_build_object('fence', fence, 'started_at', started_at) ELSE '{}'::jsonb END
+    FROM updated
+)
+SELECT id, queue_name, previous_status::text AS previous_status, revoked_token, owner FROM updated;
+
+-- name: job_status_many
+-- The status of each of the given job ids (missing ids are absent), to validate a command before it writes.
+SELECT id, status::text AS status, queue_name, task, payload, payload_version
+FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;
+
+-- name: job_retry_many
+-- Put failed or cancelled jobs back as pending with a fresh attempt budget (like a DLQ replay); only jobs still in those states move. Audited with who asked.
+WITH updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', available_at = now(), attempt_count = 0, lease_expiry_count = 0,
+        failed_at = NULL, cancelled_at = NULL, updated_at = now()
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
+    RETURNING j.id, j.queue_name
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, reason, detail)
+    SELECT id, queue_name, 'retried_by_request', 'requested by ' || %(requested_by)s::text,
+           jsonb_build_object('requested_by', %(requested_by)s::text)
+    FROM updated
+), notified AS (
+    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated) d
+)
+SELECT id FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: job_list
+-- Jobs newest first (keyset paging on id: pass the last id seen as `before_id`), filtered by queue, status, task, created or failed since.
+SELECT id, queue_name, task, status::text AS status, priority, attempt_count, max_attempts,
+       available_at, created_at, started_at, completed_at, failed_at, cancelled_at, locked_by,
+       last_error_code, idempotency_key
+FROM {schema}.jobs
+WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+  AND (%(status)s::text IS NULL OR status::text = %(status)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(created_since)s::float8 IS NULL OR created_at >= now() - make_interval(secs => %(created_since)s::float8))
+  AND (%(failed_since)s::float8 IS NULL OR last_failed_at >= now() - make_interval(secs => %(failed_since)s::float8))
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: queue_control_set
+-- Pause, resume or limit a queue (creating its control row); returns the row before and after, so a caller can report a no-op.
+WITH before AS (
+    SELECT paused, max_running FROM {schema}.queues WHERE name = %(name)s
+), upsert AS (
+    INSERT INTO {schema}.queues AS q (name, paused, max_running, paused_at, updated_by)
+    VALUES (%(name)s, coalesce(%(paused)s::boolean, false),
+            CASE WHEN %(set_limit)s::boolean THEN %(max_running)s::int END,
+            CASE WHEN %(paused)s::boolean THEN now() END, %(requested_by)s)
+    ON CONFLICT (name) DO UPDATE
+    SET paused = coalesce(%(paused)s::boolean, q.paused),
+        max_running = CASE WHEN %(set_limit)s::boolean THEN %(max_running)s::int ELSE q.max_running END,
+        paused_at = CASE WHEN %(paused)s::boolean IS NULL THEN q.paused_at
+                         WHEN %(paused)s::boolean AND q.paused THEN q.paused_at
+                         WHEN %(paused)s::boolean THEN now() END,
+        updated_by = %(requested_by)s, updated_at = now()
+    RETURNING q.name, q.paused, q.max_running, q.paused_at
+), notified AS (
+    -- Resuming (or raising a limit) wakes the queue's workers at once.
+    SELECT pg_notify(%(channel)s, name) FROM upsert WHERE NOT paused
+)
+SELECT u.name, u.paused, u.max_running, u.paused_at,
+       coalesce(b.paused, false) AS was_paused, b.max_running AS old_max_running
+FROM upsert u LEFT JOIN before b ON true
+WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: queue_control_list
+-- Every queue that has jobs, live workers or a control row, with its pause state, limit and counts (partial indexes only).
+WITH known AS (
+    SELECT name FROM {schema}.queues
+    UNION SELECT DISTINCT queue_name FROM {schema}.jobs WHERE status IN ('pending', 'running')
+    UNION SELECT DISTINCT q FROM {schema}.workers, unnest(queues) AS q
+          WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_seconds)
+)
+SELECT k.name AS queue, coalesce(s.paused, false) AS paused, s.max_running, s.paused_at, s.updated_by,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'pending' AND j.queue_name = k.name
+          AND j.available_at <= now())::bigint AS ready,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'running' AND j.queue_name = k.name)::bigint AS running
+FROM known k LEFT JOIN {schema}.queues s ON s.name = k.name
+ORDER BY k.name;
+
+-- name: queue_control_get
+-- The control rows of the given queues (paused, max_running); absent queues have none.
+SELECT name, paused, max_running FROM {schema}.queues
+WHERE %(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]);
+
+-- name: periodic_schedule_get
+-- The last enqueued slot of each named schedule, with the DB clock.
+SELECT name, last_slot, cron, timezone, enqueued_total, skipped_total, now() AS db_now
+FROM {schema}.periodic_schedules WHERE name = ANY(%(names)s::text[]);
+
+-- name: periodic_schedule_init
+-- Register a schedule at its current slot without enqueueing it (a new schedule starts with the next slot); no-op if it exists.
+INSERT INTO {schema}.periodic_schedules (name, task, queue_name, cron, timezone, last_slot)
+VALUES (%(name)s, %(task)s, %(queue)s, %(cron)s, %(timezone)s, %(slot)s)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: periodic_enqueue_slot
+-- Advance one schedule to `slot` and enqueue its job in one statement; the row's CAS (last_slot < slot) and the job's idempotency key per (schedule, slot) make each slot enqueue exactly once however many schedulers race.
+WITH advanced AS (
+    UPDATE {schema}.periodic_schedules s
+    SET last_slot = %(slot)s, cron = %(cron)s, timezone = %(timezone)s, task = %(task)s,
+        queue_name = %(queue)s, enqueued_total = s.enqueued_total + 1,
+        skipped_total = s.skipped_total + %(skipped)s, updated_at = now()
+    WHERE s.name = %(name)s AND s.last_slot < %(slot)s
+    RETURNING s.name
+), ins AS (
+    INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, idempotency_key, priority)
+    SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(max_attempts)s, %(idempotency_key)s, %(priority)s
+    FROM advanced
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+), notified AS (
+    SELECT pg_notify(%(channel)s, %(queue)s) FROM ins
+)
+SELECT id FROM ins WHERE (SELECT count(*) FROM notified) >= 0;

@@ -2,7 +2,7 @@
 -- Executed with search_path set to the target schema, so object names are unqualified.
 -- A test applies the migrations in order and proves the result equals this file.
 
-CREATE TYPE job_status AS ENUM ('pending', 'running', 'completed', 'failed');
+CREATE TYPE job_status AS ENUM ('pending', 'running', 'completed', 'failed', 'cancelled');
 
 -- Global, strictly increasing fencing sequence (R5): each claim draws one value.
 CREATE SEQUENCE job_fence_seq AS bigint;
@@ -37,6 +37,9 @@ CREATE TABLE jobs (
     checkpoint_at       timestamptz,
     created_at          timestamptz NOT NULL DEFAULT now(),
     updated_at          timestamptz NOT NULL DEFAULT now(),
+    priority            smallint    NOT NULL DEFAULT 0,
+    cancelled_at        timestamptz,
+    CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -100 AND 100),
     CONSTRAINT jobs_running_has_lease CHECK (
         status <> 'running'
         OR (lock_token IS NOT NULL AND locked_by IS NOT NULL AND lease_expires_at IS NOT NULL)
@@ -45,6 +48,12 @@ CREATE TABLE jobs (
 
 -- Claiming walks only ready rows: O(claimed), not O(table).
 CREATE INDEX jobs_ready_idx ON jobs (queue_name, available_at, id) WHERE status = 'pending';
+-- ... in priority order (higher first); jobs_ready_idx serves the starvation lane.
+CREATE INDEX jobs_ready_priority_idx ON jobs (queue_name, priority DESC, available_at, id)
+    WHERE status = 'pending';
+-- Cancelled jobs (cancelled_at is set only while a job is cancelled; the enum value itself
+-- cannot appear in an index predicate of the migration that adds it).
+CREATE INDEX jobs_cancelled_idx ON jobs (queue_name, cancelled_at) WHERE cancelled_at IS NOT NULL;
 -- Reaping and lease metrics walk only running rows.
 CREATE INDEX jobs_running_lease_idx ON jobs (lease_expires_at) WHERE status = 'running';
 CREATE INDEX jobs_running_queue_idx ON jobs (queue_name, started_at) WHERE status = 'running';
@@ -115,6 +124,29 @@ CREATE TABLE reaper_cycles (
     last_seconds      double precision NOT NULL DEFAULT 0,
     last_reaped       integer     NOT NULL DEFAULT 0,
     last_reaper_id    text
+);
+
+-- Per-queue controls (pause, global running limit), one row per queue ever paused or limited (0004).
+CREATE TABLE queues (
+    name         text PRIMARY KEY,
+    paused       boolean     NOT NULL DEFAULT false,
+    max_running  integer     CHECK (max_running IS NULL OR max_running >= 1),
+    paused_at    timestamptz,
+    updated_by   text,
+    updated_at   timestamptz NOT NULL DEFAULT now()
+);
+
+-- Periodic schedules: the last slot enqueued per schedule (bounds catch-up, survives pruning) (0004).
+CREATE TABLE periodic_schedules (
+    name            text PRIMARY KEY,
+    task            text        NOT NULL,
+    queue_name      text        NOT NULL,
+    cron            text        NOT NULL,
+    timezone        text        NOT NULL DEFAULT 'UTC',
+    last_slot       timestamptz NOT NULL,
+    enqueued_total  bigint      NOT NULL DEFAULT 0,
+    skipped_total   bigint      NOT NULL DEFAULT 0,
+    updated_at      timestamptz NOT NULL DEFAULT now()
 );
 
 CREATE TABLE schema_migrations (

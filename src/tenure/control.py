@@ -1,0 +1,168 @@
+"""Job and queue control (issue 14): cancel, retry, list, pause/resume and the global
+per-queue running limit, as a Python API shared by the CLI (`tenure jobs …`, `tenure queues …`),
+the operator and users' code.
+
+Every change is audited with who asked. Commands are all-or-nothing: :func:`cancel` and
+:func:`retry` with ``strict=True`` validate every id first (unknown id, wrong state) and change
+nothing when one fails, raising :class:`~tenure.core.errors.ConfigError` (the CLI's exit 2).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from tenure.core.errors import ConfigError
+from tenure.core.repository import Repository
+
+CANCELLABLE = ("pending", "running")
+RETRYABLE = ("failed", "cancelled")
+JOB_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+QUEUE_NAME_MAX = 200
+
+
+def default_requester(source: str = "api") -> str:
+    """``source:user@host``, recorded in the audit trail as who asked."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{source}:{user}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    """What one cancel call did, per id."""
+
+    cancelled: list[int] = field(default_factory=list)
+    """Pending jobs now ``cancelled``."""
+    revoked: list[int] = field(default_factory=list)
+    """Running jobs now ``cancelled``: their token is revoked; the owner learns at its next heartbeat."""
+    skipped: dict[int, str] = field(default_factory=dict)
+    """Ids left alone, with their status (``completed``, ``failed``, ``cancelled``) or ``unknown``."""
+
+
+def _ids(ids: Sequence[int]) -> list[int]:
+    out = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 1:
+            raise ConfigError(f"invalid job id {i!r}")
+        out.append(i)
+    if not out:
+        raise ConfigError("give at least one job id")
+    return sorted(set(out))
+
+
+def _check_states(repo: Repository, ids: list[int], allowed: tuple[str, ...], verb: str) -> dict[int, Any]:
+    found = repo.job_statuses(ids)
+    for i in ids:
+        if i not in found:
+            raise ConfigError(f"no job {i}: nothing was {verb}")
+        status = found[i]["status"]
+        if status not in allowed:
+            raise ConfigError(f"job {i} is {status}, not {' or '.join(allowed)}: nothing was {verb}")
+    return found
+
+
+def cancel(conn: psycopg.Connection[Any], ids: Sequence[int], *, schema: str = "tenure",
+           requested_by: str | None = None, strict: bool = False) -> CancelReport:
+    """Cancel jobs. A pending job becomes ``cancelled`` at once; a running one too, by revoking
+    its token in one compare-and-set: its owner's next heartbeat sets ``ctx.lease_lost`` (an
+    async handler is cancelled) and any later write of that attempt is rejected and audited.
+    Completed, failed and already cancelled jobs are left alone (``skipped``); with ``strict``
+    any such id, or an unknown one, raises ConfigError and nothing changes."""
+    wanted = _ids(ids)
+    repo = Repository(conn, schema)
+    who = requested_by or default_requester()
+    with conn.transaction():
+        if strict:
+            _check_states(repo, wanted, CANCELLABLE, "cancelled")
+        rows = repo.cancel(wanted, who)
+        done = {int(r["id"]): r for r in rows}
+        skipped: dict[int, str] = {}
+        if len(done) < len(wanted):
+            statuses = repo.job_statuses([i for i in wanted if i not in done])
+            skipped = {i: statuses[i]["status"] if i in statuses else "unknown" for i in wanted if i not in done}
+            if strict:  # a job changed state between the check and the cancel
+                raise ConfigError(f"job {min(skipped)} is {skipped[min(skipped)]}: nothing was cancelled")
+    return CancelReport(cancelled=sorted(i for i, r in done.items() if r["previous_status"] == "pending"),
+                        revoked=sorted(i for i, r in done.items() if r["previous_status"] == "running"),
+                        skipped=skipped)
+
+
+def retry(conn: psycopg.Connection[Any], ids: Sequence[int], *, schema: str = "tenure",
+          requested_by: str | None = None,
+          validate: Callable[[dict[str, Any]], str | None] | None = None) -> list[int]:
+    """Put failed (dead-lettered) or cancelled jobs back as pending with a fresh attempt budget,
+    validated like a DLQ replay: every id must exist and be failed or cancelled, and
+    ``validate(row)`` (e.g. the task's payload validator) must return None for each; otherwise
+    ConfigError and nothing changes."""
+    wanted = _ids(ids)
+    repo = Repository(conn, schema)
+    with conn.transaction():
+        found = _check_states(repo, wanted, RETRYABLE, "retried")
+        if validate is not None:
+            for i in wanted:
+                why = validate(found[i])
+                if why is not None:
+                    raise ConfigError(f"job {i} fails validation ({why}): nothing was retried")
+        moved = repo.retry_jobs(wanted, requested_by or default_requester())
+        if len(moved) != len(wanted):
+            raise ConfigError("a job changed state during the retry: nothing was retried")
+    return moved
+
+
+def list_jobs(conn: psycopg.Connection[Any], *, schema: str = "tenure", queue: str | None = None,
+              status: str | None = None, task: str | None = None, created_since: float | None = None,
+              failed_since: float | None = None, cursor: int | None = None,
+              limit: int = 100) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of jobs, newest first, and the cursor of the next page (None on the last)."""
+    if status is not None and status not in JOB_STATUSES:
+        raise ConfigError(f"unknown status {status!r} (one of {', '.join(JOB_STATUSES)})")
+    if limit < 1:
+        raise ConfigError("limit must be >= 1")
+    rows = Repository(conn, schema).job_list(queue=queue, status=status, task=task, created_since=created_since,
+                                             failed_since=failed_since, before_id=cursor, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (int(rows[-1]["id"]) if more and rows else None)
+
+
+def check_queue_name(name: str) -> str:
+    if not name or not name.strip() or len(name) > QUEUE_NAME_MAX or name != name.strip():
+        raise ConfigError(f"invalid queue name {name!r}")
+    return name
+
+
+def set_paused(conn: psycopg.Connection[Any], queue: str, paused: bool, *, schema: str = "tenure",
+               requested_by: str | None = None) -> dict[str, Any]:
+    """Pause or resume a queue: workers stop claiming from a paused queue at their next claim
+    (within one poll interval or notification); running jobs finish. Idempotent; the row
+    returned has ``was_paused``."""
+    row = Repository(conn, schema).queue_control_set(check_queue_name(queue), paused=paused,
+                                                     requested_by=requested_by or default_requester())
+    return dict(row)
+
+
+def set_max_running(conn: psycopg.Connection[Any], queue: str, max_running: int, *, schema: str = "tenure",
+                    requested_by: str | None = None) -> dict[str, Any]:
+    """Cap the jobs running in ``queue`` across all workers and pods (enforced in the claim
+    statement); 0 removes the cap. Running jobs above a lowered cap finish; no new claims
+    until the count is below it."""
+    if isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 0:
+        raise ConfigError(f"max running must be an integer >= 0 (0 removes the limit), got {max_running!r}")
+    row = Repository(conn, schema).queue_control_set(
+        check_queue_name(queue), max_running=max_running or None, set_limit=True,
+        requested_by=requested_by or default_requester())
+    return dict(row)
+
+
+def list_queues(conn: psycopg.Connection[Any], *, schema: str = "tenure") -> list[dict[str, Any]]:
+    """Every queue with jobs, live workers or a control row: paused, max_running, ready, running."""
+    return [dict(r) for r in Repository(conn, schema).queue_control_list()]
