@@ -41,6 +41,12 @@ EXPECTED_EMPTY = {
     "tenure_jobs_released_total": "no worker is drained with jobs in flight while it is still being scraped",
     "tenure_jobs_deferred_total": "deferral needs two attempts inside one effect at once; these effects take microseconds",
     'outcome="dead_lettered"': "the reaper only requeues here: the frozen worker's job had attempts left",
+    "tenure_queue_max_running": "a gauge only for queues with a global running limit; none is set here",
+    "tenure_jobs_cancelled_while_running_total": "this workload cancels nothing (job control is tested in "
+                                                 "tests/integration/test_worker_job_control.py)",
+    "tenure_job_timeouts_total": "no task here has a timeout",
+    "tenure_periodic_enqueued_total": "this app declares no periodic schedule",
+    "tenure_periodic_slots_skipped_total": "this app declares no periodic schedule",
 }
 # Queries that must return a real (finite) number for the `live` queue.
 KEY_QUERIES = {
@@ -104,7 +110,8 @@ def _stats_json(env: dict[str, str]) -> dict[str, dict[str, float]]:
     out = subprocess.run([sys.executable, "-m", "tenure.cli", "stats", "--json"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    return {row.pop("queue"): {k: float(v) for k, v in row.items()} for row in json.loads(out.stdout)}
+    return {row.pop("queue"): {k: float(v) for k, v in row.items() if isinstance(v, (int, float))}
+            for row in json.loads(out.stdout)}
 
 
 def _feed(dsn: str, schema: str, stop: threading.Event) -> None:
@@ -160,6 +167,9 @@ def test_every_panel_and_alert_expression_against_a_live_prometheus(
                    + [repo.enqueue("effect", {"key": k}, queue="live").id for k in ("a", "a", "b", "b")],
                    "failed": [repo.enqueue("doomed", {"i": i}, queue="live").id for i in range(3)]}
         victim = repo.enqueue("slow", {"seconds": 3, "wait_for_lost": 5}, queue="victim").id
+        limit = subprocess.run([sys.executable, "-m", "tenure.cli", "queues", "limit", "live", "--max-running", "100"],
+                               env=tenure_env, capture_output=True, text=True, timeout=60)
+        assert limit.returncode == 0, limit.stderr  # a global limit that never binds: its gauge has data
         feeder.start()
 
         # Freeze the victim worker while it holds its job: the lease expires, the reaper
@@ -182,6 +192,21 @@ def test_every_panel_and_alert_expression_against_a_live_prometheus(
                        for status, ids in tracked.items() for i in ids)
             return done and live.failed == 3 and live.completed >= 30 + 16 + 8 + 4 + 1 and live.running >= 2
         wait_for(settled, 60, "the workload to settle (retries and effects completed, 3 dead letters, 2 long runners)")
+        # Cancel one long runner while it runs (its worker is told at the next heartbeat), and
+        # replace it, so the cancel panel has data and two jobs still run.
+        listed = subprocess.run([sys.executable, "-m", "tenure.cli", "jobs", "list", "--queue", "live", "--status",
+                                 "running", "--task", "slow", "--json"], env=tenure_env, capture_output=True,
+                                text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        cancelled = json.loads(listed.stdout)[0]["id"]
+        cancel = subprocess.run([sys.executable, "-m", "tenure.cli", "jobs", "cancel", str(cancelled), "--by", "live-test"],
+                                env=tenure_env, capture_output=True, text=True, timeout=60)
+        assert cancel.returncode == 0, cancel.stderr
+        repo.enqueue("slow", {"seconds": 300}, queue="live")
+        worker_metrics = f"http://127.0.0.1:{ports['worker_a']}/metrics"
+        wait_for(lambda: b"tenure_jobs_cancelled_while_running_total{" in http_get(worker_metrics)[1], 30,
+                 "the worker to see the cancel")
+        wait_for(settled, 60, "two long runners again")
         time.sleep(4)  # a few more scrapes and rule evaluations of the final counters
 
         # -- every dashboard panel ------------------------------------------------------------
