@@ -21,9 +21,9 @@ from types import ModuleType
 
 import psycopg
 
-from tenure.cli.common import EXIT_CONFIG, Parser, add_global_options, duration, first_line, positive_int
+from tenure.cli.common import EXIT_CONFIG, Parser, add_global_options, duration, positive_int
 from tenure.core.db import resolve_dsn, resolve_schema
-from tenure.core.errors import ConfigError, JobSpecError, SchemaTooNewError
+from tenure.core.errors import ConfigError, JobSpecError, SchemaTooNewError, first_line
 from tenure.observability import logs
 
 __all__ = ["build_parser", "command_modules", "duration", "main", "positive_int"]

@@ -67,12 +67,6 @@ def port(text: str) -> int:
     return value
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's text, or its class name when it has none."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr and exit 2."""
 

@@ -148,5 +148,5 @@ def classify_exception(exc: BaseException,
 
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's text (database errors span several), or its type name."""
-    text = str(exc)
-    return text.splitlines()[0] if text.strip() else type(exc).__name__
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -32,7 +32,7 @@ import psycopg
 from croniter import croniter
 
 from tenure.core.db import Connection, connect
-from tenure.core.errors import ConfigError
+from tenure.core.errors import ConfigError, first_line
 from tenure.core.repository import Repository, check_priority, encode_payload
 
 log = logging.getLogger("tenure.periodic")
@@ -201,7 +201,7 @@ class Scheduler:
             try:
                 self.run_once()
             except psycopg.Error as exc:
-                log.warning("scheduler: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                log.warning("scheduler: %s", first_line(exc))
                 if self._conn is not None:
                     self._conn.close()
             stop.wait(self.config.interval)
