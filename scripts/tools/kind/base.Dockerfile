@@ -3,7 +3,8 @@
 # crictl are built from the Go module proxy by kind.sh, at kind's versions; Debian bookworm
 # packages give systemd, runc (1.1) and the CNI plugins. The build context holds kind's own
 # images/base/files (entrypoint, systemd units, containerd config) from the kind module.
-# containerd's runc is the wrapper runc-wrapper.py (a no-op where CAP_SYS_RESOURCE is in the
+# containerd's runc is the wrapper runc-wrapper.py (needs python3 with its stdlib, not
+# python3-minimal, which lacks json; a no-op where CAP_SYS_RESOURCE is in the
 # bounding set; see scripts/tools/runc-wrapper.py). Built with the classic builder (no BuildKit,
 # whose frontend image would come from a registry), hence no COPY --chmod.
 ARG DEBIAN_IMAGE=tenure/debian:bookworm
@@ -13,7 +14,7 @@ RUN chmod 0755 /usr/local/bin/* \
  && DEBIAN_FRONTEND=noninteractive clean-install \
       systemd conntrack iptables nftables iproute2 ethtool util-linux mount kmod \
       libseccomp2 pigz e2fsprogs bash ca-certificates curl jq procps \
-      runc containernetworking-plugins python3-minimal \
+      runc containernetworking-plugins python3 \
  && find /lib/systemd/system/sysinit.target.wants/ -name "systemd-tmpfiles-setup.service" -delete \
  && rm -f /lib/systemd/system/multi-user.target.wants/* \
  && rm -f /etc/systemd/system/*.wants/* \
@@ -36,6 +37,7 @@ RUN chmod 755 /kind /kind/bin /kind/bin/* /usr/local/bin/crictl /usr/local/sbin/
       | jq '.hooks.createContainer[.hooks.createContainer| length] |= . + {"path": "/kind/bin/mount-product-files.sh"}' \
       | jq 'del(.process.rlimits)' > /etc/containerd/cri-base.json \
  && containerd --version && runc --version && crictl --version \
+ && /usr/local/sbin/tenure-runc --version \
  && systemctl enable kubelet.service containerd.service undo-mount-hacks.service \
  && systemctl mask systemd-binfmt.service \
  && mkdir -p /etc/kubernetes/manifests
