@@ -48,7 +48,7 @@ case "${MODE}" in
     NODE_IMAGE="$(bash "${ROOT}/scripts/tools/kind.sh" | tail -n 1)"
     PYTHON_IMAGE="tenure/python:bookworm"
     PG_IMAGE="tenure/postgres:15"
-    PROM_IMAGE="tenure/prometheus:bookworm"
+    PROM_IMAGE="tenure/prometheus:local"
     AM_IMAGE="tenure/alertmanager:bookworm"
     ;;
   public)
@@ -116,6 +116,11 @@ done
 timeout 600 kind load docker-image --name "${CLUSTER}" "${IMAGE}" "${PG_IMAGE}" "${PROM_IMAGE}" "${AM_IMAGE}"
 log "image built and loaded in $((SECONDS - t0)) s"
 
+if [[ "${REUSE:-0}" == "1" ]] && k get namespace "${NAMESPACE}" >/dev/null 2>&1; then
+  log "REUSE=1: deleting namespace ${NAMESPACE} from the previous run (JobQueues, Postgres, monitoring)"
+  k delete jobqueues --all -n "${NAMESPACE}" --wait=true --timeout=180s || true
+  k delete namespace "${NAMESPACE}" --wait=true --timeout=300s
+fi
 log "PostgreSQL in ${NAMESPACE}"
 k create namespace "${NAMESPACE}" --dry-run=client -o yaml | k apply -f - >/dev/null
 sed "s#\${PG_IMAGE}#${PG_IMAGE}#" "${ROOT}/e2e/kind/manifests/postgres.yaml" | k -n "${NAMESPACE}" apply -f - >/dev/null
@@ -127,6 +132,9 @@ timeout 600 helm upgrade --install tenure "${ROOT}/charts/tenure" --kube-context
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
   --set image.pullPolicy=Never --set operator.intervalSeconds=5 \
   --wait --timeout 300s
+# A rebuilt tenure:dev keeps its tag: restart the operator so that it runs the new image.
+k -n "${OPERATOR_NAMESPACE}" rollout restart deployment/tenure >/dev/null
+k -n "${OPERATOR_NAMESPACE}" rollout status deployment/tenure --timeout=300s
 timeout 300 helm test tenure --kube-context "${CONTEXT}" --namespace "${OPERATOR_NAMESPACE}" --timeout 240s
 
 log "scenarios (e2e/kind/test_kind.py)"

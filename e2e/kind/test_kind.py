@@ -38,34 +38,6 @@ pytestmark = pytest.mark.kind
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "emails"
 JQ = "emails"
-MANUAL_MIGRATE = os.environ.get("TENURE_KIND_MANUAL_MIGRATE", "auto")
-MANUAL_EXPORTER = os.environ.get("TENURE_KIND_MANUAL_EXPORTER", "auto")
-
-# Used only while the operator does not run an exporter itself (TENURE_KIND_MANUAL_EXPORTER).
-EXPORTER = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: manual-exporter
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app.kubernetes.io/name: tenure, app.kubernetes.io/component: exporter}
-  template:
-    metadata:
-      labels: {app.kubernetes.io/name: tenure, app.kubernetes.io/component: exporter}
-    spec:
-      containers:
-        - name: exporter
-          image: IMAGE
-          imagePullPolicy: Never
-          args: [exporter, --port, "9464"]
-          env:
-            - {name: TENURE_DATABASE_URL, valueFrom: {secretKeyRef: {name: tenure-db, key: url}}}
-            - {name: TENURE_HOME, value: /tmp/tenure}
-          ports:
-            - {name: metrics, containerPort: 9464}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +168,7 @@ def observability(cluster: Cluster) -> Iterator[None]:
     manifest = (ROOT / "e2e/kind/manifests/observability.yaml").read_text()
     for key, value in {
         "${NAMESPACE}": c.namespace,
-        "${PROM_IMAGE}": os.environ.get("TENURE_KIND_PROM_IMAGE", "tenure/prometheus:bookworm"),
+        "${PROM_IMAGE}": os.environ.get("TENURE_KIND_PROM_IMAGE", "tenure/prometheus:local"),
         "${AM_IMAGE}": os.environ.get("TENURE_KIND_AM_IMAGE", "tenure/alertmanager:bookworm"),
         "${IMAGE}": c.image,
     }.items():
@@ -211,8 +183,6 @@ def observability(cluster: Cluster) -> Iterator[None]:
 @pytest.mark.timeout(1500)
 def test_apply_and_drain_scales_up_down_to_zero_and_back(cluster: Cluster) -> None:
     c = cluster
-    if MANUAL_MIGRATE == "1":
-        c.tenure_pod("tenure-migrate", ["tenure", "migrate"])
     example = (ROOT / "examples/jobqueue.yaml").read_text()
     example = example.replace("image: tenure:dev", f"image: {c.image}")
     example = example.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never")
@@ -226,15 +196,8 @@ def test_apply_and_drain_scales_up_down_to_zero_and_back(cluster: Cluster) -> No
             if c.kubectl("get", kind, name, check=False).returncode != 0:
                 return False
         return True
-    try:
-        wait_for("the JobQueue's Deployment, CronJob, Service and PDB", children, 180)
-    except KindError:
-        if MANUAL_MIGRATE != "auto":
-            raise
-        # Until the operator migrates (issue 16), an unmigrated schema keeps the queue Degraded.
-        c.tenure_pod("tenure-migrate", ["tenure", "migrate"])
-        c.record("manual_migrate", True)
-        wait_for("the JobQueue's children after tenure migrate", children, 180)
+    # The operator migrates the database first (its migration Job), then creates the children.
+    wait_for("the JobQueue's Deployment, CronJob, Service and PDB", children, 300)
     c.kubectl("wait", "--for=condition=Ready", f"jobqueue/{JQ}", "--timeout=300s", timeout=320)
     dep = c.get("deployment", f"{JQ}-worker")
     probe = dep["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"]
@@ -244,16 +207,12 @@ def test_apply_and_drain_scales_up_down_to_zero_and_back(cluster: Cluster) -> No
     c.record("apply_to_ready_seconds", round(time.time() - t_apply, 1))
     migrated = c.count("SELECT count(*) FROM tenure.schema_migrations")
     assert migrated >= 1, "the schema was not migrated"
+    schema_ready = condition(c.get("jobqueue", JQ), "SchemaReady") or {}
+    assert schema_ready.get("status") == "True", schema_ready
+    c.record("schema_versions_migrated_by_operator", migrated)
     exporters = lambda: [p for p in c.get("pods", "-l", "app.kubernetes.io/component=exporter")["items"]  # noqa: E731
                          if p["status"].get("phase") == "Running"]
-    try:
-        wait_for("an exporter pod run by the operator", exporters, 120)
-    except KindError:
-        if MANUAL_EXPORTER != "auto":
-            raise
-        c.apply(EXPORTER.replace("IMAGE", c.image))
-        c.record("manual_exporter", True)
-        wait_for("the manual exporter pod", exporters, 180)
+    wait_for("the exporter pod the operator runs for this database", exporters, 180)
     max_replicas = int(c.get("jobqueue", JQ)["spec"]["scaling"]["maxReplicas"])
 
     with ReplicaWatch(c) as watch:

@@ -19,7 +19,8 @@
 #                                         image archives (kube-*, pause, etcd, coredns, kindnetd,
 #                                         local-path-provisioner/helper), all preloaded
 #             tenure/python:bookworm      PYTHON_IMAGE for the repository's Dockerfile
-#             tenure/postgres:15, tenure/prometheus:bookworm, tenure/alertmanager:bookworm
+#             tenure/postgres:15, tenure/prometheus:local (module-built, with
+#                                         Kubernetes discovery), tenure/alertmanager:bookworm
 #           Prints the node image's name as its last line; e2e/kind/run.sh passes it to kind.
 # Skips (exit 0, with a message) when no Docker engine can run, unless TENURE_KIND_REQUIRED=1.
 # Cold: roughly 20-30 minutes on 2 cores (mostly Go builds of Kubernetes and CoreDNS); warm: seconds.
@@ -33,6 +34,9 @@ CRICTL_VERSION="${CRICTL_VERSION:-v1.36.0}"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.3.4}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.2}"
 LOCAL_PATH_VERSION="${LOCAL_PATH_VERSION:-v0.0.30}"
+# Prometheus 3.x from its Go module (v0.316.0 is Prometheus 3.16): Debian's package is built
+# without Kubernetes service discovery ("field kubernetes_sd_configs not found").
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$root/e2e/controlplane/go.mod")"
 mode="${TENURE_KIND_IMAGES:-local}"
 cache="${TENURE_KIND_CACHE:-$HOME/.cache/tenure-kind}"
@@ -102,6 +106,18 @@ if [[ ! -f "$coredns_dir/.complete" ]]; then
     touch "$coredns_dir/.complete"
 fi
 
+# Prometheus with only the Kubernetes discovery plugin (its build tags; the rest of its SD
+# dependencies would double the build).
+prom_dir="$cache/go/prometheus-$PROMETHEUS_VERSION"
+if [[ ! -f "$prom_dir/.complete" ]]; then
+    log "building Prometheus $PROMETHEUS_VERSION (Kubernetes discovery only)"
+    mkdir -p "$prom_dir"
+    "${go_env[@]}" GOBIN="$prom_dir" nice -n 5 "$GO" install -p "$jobs" -trimpath -ldflags "-s -w" \
+        -tags remove_all_sd,enable_kubernetes_sd \
+        "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+    touch "$prom_dir/.complete"
+fi
+
 # Kubernetes node binaries from the same pinned module graph as the e2e control plane
 # (e2e/controlplane/go.mod), built in a copy of that module so the repository stays untouched.
 cp_bin="$(bash "$here/controlplane.sh" | tail -n 1)"
@@ -146,7 +162,7 @@ fi
 cp "$cache/pause-bin/pause" "$ctx/bin/pause"
 cp "$cp_bin/kube-apiserver" "$cp_bin/kube-controller-manager" "$cp_bin/etcd" "$ctx/bin/"
 cp "$k8s_bin/kube-scheduler" "$k8s_bin/kube-proxy" "$ctx/bin/"
-cp "$coredns_dir/coredns" "$lpp_dir/local-path-provisioner" "$ctx/bin/"
+cp "$coredns_dir/coredns" "$lpp_dir/local-path-provisioner" "$prom_dir/prometheus" "$ctx/bin/"
 
 etcd_tag="$("$k8s_bin/kubeadm" config images list --kubernetes-version "$K8S_VERSION" 2>/dev/null | awk -F: '/\/etcd:/ {print $2}')"
 coredns_tag="$("$k8s_bin/kubeadm" config images list --kubernetes-version "$K8S_VERSION" 2>/dev/null | awk -F: '/coredns:/ {print $2}')"
@@ -169,7 +185,7 @@ declare -A tags=(
     [local-path-helper]="$helper_image"
     [python]="tenure/python:bookworm"
     [postgres]="tenure/postgres:15"
-    [prometheus]="tenure/prometheus:bookworm"
+    [prometheus]="tenure/prometheus:local"
     [alertmanager]="tenure/alertmanager:bookworm"
 )
 for target in "${!tags[@]}"; do

@@ -19,6 +19,12 @@ T0 = dt.datetime(2026, 3, 1, 8, 0, 0, tzinfo=dt.UTC)
 NS = "shop"
 
 
+@pytest.fixture(autouse=True)
+def cluster_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names resolve as in a cluster whose namespace NS has the Service the DSNs name."""
+    monkeypatch.setattr(h, "_resolves", lambda name: name.endswith(f".{NS}.svc"))
+
+
 class FakeKube:
     """Objects keyed by (kind, namespace, name); apply replaces what it is given (as SSA does
     for the fields one manager owns). Deployments get a status with readyReplicas."""
@@ -105,7 +111,9 @@ def body(spec: dict[str, Any] | None = None, status: dict[str, Any] | None = Non
 
 def fetcher(figures: h.QueueFigures | Exception) -> h.StatsFetcher:
     def fetch(dsn: str, schema: str, queue: str) -> h.QueueFigures:
-        assert dsn == "postgresql://u:p@db/q"
+        # The Secret's bare host "db" is read as the Service in the JobQueue's namespace.
+        assert dsn == h.dsn_in_namespace("postgresql://u:p@db/q", NS, h._resolves)
+        assert "host=db.shop.svc" in dsn
         assert (schema, queue) == ("tenure", "emails")
         if isinstance(figures, Exception):
             raise figures
@@ -392,7 +400,7 @@ def test_spec_paused_and_max_running_are_applied_and_a_paused_queue_keeps_its_po
     b = feed_back(body(spec), first)
     out = h.reconcile_jobqueue(b, kube, fetcher(h.QueueFigures(ready=500)), adopt, T0 + dt.timedelta(minutes=5),
                                scale=True, controls=controls)
-    assert applied == [("postgresql://u:p@db/q", "tenure", "emails", True, 5)]
+    assert applied == [(h.dsn_in_namespace("postgresql://u:p@db/q", NS, h._resolves), "tenure", "emails", True, 5)]
     assert (out.status["paused"], out.status["maxRunning"]) == (True, 5)
     assert "QueueControlsApplied" in [e.reason for e in out.events]
     # A backlog of 500 on a paused queue does not scale the workers up: the pods are kept as they are.
@@ -642,3 +650,42 @@ def test_one_exporter_per_database_shared_by_its_jobqueues() -> None:
     assert [o["name"] for o in owners] == ["b"]
     assert kube.store[("Deployment", NS, shared)]["spec"]["template"]["spec"]["containers"][0][
         "image"] == "tenure:b"
+
+
+@pytest.mark.parametrize(("dsn", "host"), [
+    ("postgresql://tenure:tenure@postgres:5432/tenure", "postgres.tenure-demo.svc"),
+    ("host=db port=5432 dbname=x", "db.tenure-demo.svc"),
+    ("postgresql://u@pg-0.pg,pg-1.pg/x", "pg-0.pg.tenure-demo.svc,pg-1.pg.tenure-demo.svc"),
+    ("postgresql://u@pg-rw.other.svc/x", "pg-rw.other.svc"),
+    ("postgresql://u@pg.example.com/x", "pg.example.com"),
+    ("postgresql://u@10.0.0.7/x", "10.0.0.7"),
+    ("postgresql://u@[::1]/x", "::1"),
+    ("postgresql://u@localhost/x", "localhost"),
+    ("host=/var/run/postgresql dbname=x", "/var/run/postgresql"),
+])
+def test_dsn_host_resolves_as_in_the_jobqueue_namespace(dsn: str, host: str) -> None:
+    """The operator reads the queue from its own namespace: a host the JobQueue's pods would
+    find through their DNS search path gets the JobQueue's namespace; names that resolve only
+    as given are left alone (found on kind: 'postgres' did not resolve from the operator)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    in_cluster = {"postgres.tenure-demo.svc", "db.tenure-demo.svc", "pg-0.pg.tenure-demo.svc",
+                  "pg-1.pg.tenure-demo.svc"}
+    asked: list[str] = []
+
+    def resolves(name: str) -> bool:
+        asked.append(name)
+        return name in in_cluster
+
+    out = h.dsn_in_namespace(dsn, "tenure-demo", resolves)
+    assert conninfo_to_dict(out)["host"] == host
+    assert {k: v for k, v in conninfo_to_dict(out).items() if k != "host"} == {
+        k: v for k, v in conninfo_to_dict(dsn).items() if k != "host"}
+    assert not [a for a in asked if a.startswith(("10.", "::1", "localhost", "/", "pg-rw."))]
+    assert h.dsn_in_namespace("not a dsn", "ns", resolves) == "not a dsn"
+    assert h.dsn_in_namespace("dbname=x", "ns", resolves) == "dbname=x"
+
+
+def test_a_host_that_does_not_resolve_in_the_namespace_is_kept() -> None:
+    dsn = "postgresql://u:p@db.internal/q"
+    assert h.dsn_in_namespace(dsn, "shop", lambda name: False) == dsn

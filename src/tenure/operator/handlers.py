@@ -165,6 +165,57 @@ ControlApplier = Callable[[str, str, str, bool, int], None]
 Adopter = Callable[[dict[str, Any]], None]
 
 
+def _resolves(name: str) -> bool:
+    import socket
+
+    try:
+        return bool(socket.getaddrinfo(name, None))
+    except OSError:  # socket.gaierror: NXDOMAIN, no resolver
+        return False
+
+
+def dsn_in_namespace(dsn: str, namespace: str, resolves: Callable[[str], bool] = _resolves) -> str:
+    """The DSN as a pod in ``namespace`` would resolve it.
+
+    A Secret's DSN is written for the JobQueue's pods, whose DNS search path starts with their
+    namespace: ``postgres`` or ``pg-0.pg`` mean a Service (or a StatefulSet pod) in that
+    namespace. The operator runs in its own namespace, so like that search path each host name
+    with fewer than five dots (Kubernetes' ``ndots``) is tried as ``HOST.NAMESPACE.svc`` first,
+    and that name is used when it resolves. IP addresses, ``localhost``, socket directories and
+    names that do not resolve in the namespace are kept, as is a DSN psycopg cannot parse (the
+    caller reports that). Limits: only ``host`` (``hostaddr`` is an address already); one DNS
+    lookup per host per call.
+    """
+    import ipaddress
+
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return dsn
+    host = params.get("host")
+    if not isinstance(host, str) or not host:
+        return dsn
+
+    def qualify(name: str) -> str:
+        if not name or name == "localhost" or name.startswith("/") or name.count(".") >= 5:
+            return name
+        if name.endswith((".svc", ".svc.cluster.local", ".")):
+            return name
+        try:
+            ipaddress.ip_address(name)
+            return name
+        except ValueError:
+            pass
+        candidate = f"{name}.{namespace}.svc"
+        return candidate if resolves(candidate) else name
+
+    qualified = ",".join(qualify(h) for h in host.split(","))
+    return dsn if qualified == host else make_conninfo(dsn, host=qualified)
+
+
 def fetch_figures(
     dsn: str, schema: str, queue: str, connect_timeout: int = STATS_CONNECT_TIMEOUT_SECONDS_DEFAULT
 ) -> QueueFigures:
@@ -622,6 +673,8 @@ def reconcile_jobqueue(
             error = ("SecretMissing", f"Secret {namespace}/{spec.secret_name} not found")
         elif secret is not None:
             dsn = secret_value(secret, spec.secret_key)
+            if dsn:
+                dsn = dsn_in_namespace(dsn, namespace, _resolves)  # "postgres": its Service
             if not dsn:
                 error = (
                     "SecretKeyMissing",

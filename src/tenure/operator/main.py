@@ -56,6 +56,11 @@ def run(
     def kube_factory() -> Kube:
         return KubeClient(field_manager=config.field_manager)
 
+    # The kubelet probes /healthz every few seconds: one access-log line and one "probe
+    # succeeded" line per probe would bury the reconcile log. Failures still log.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
+
     registry = kopf.OperatorRegistry()
     register(registry, config, kube_factory, cluster_scanning=all_namespaces)
     log.info(
