@@ -93,8 +93,14 @@ def connect(dsn: str, *, autocommit: bool = True, application_name: str = "tenur
     sets them; a DSN's own ``connect_timeout`` wins over :data:`CONNECT_TIMEOUT_DEFAULT`.
     """
     validate_dsn(dsn)
-    options = _tcp_options(dsn)
-    if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(dsn):
+    options: dict[str, int | str] = dict(_tcp_options(dsn))
+    given = psycopg.conninfo.conninfo_to_dict(dsn)
+    if "connect_timeout" not in given:
         options["connect_timeout"] = CONNECT_TIMEOUT_DEFAULT
+    # UTF-8 on the wire whatever the database's encoding: on a SQL_ASCII database (initdb with
+    # the C locale, e.g. Debian's postgres image) psycopg would otherwise return every text
+    # column as bytes, and no task name or queue would match.
+    if "client_encoding" not in given:
+        options["client_encoding"] = "UTF8"
     conninfo = psycopg.conninfo.make_conninfo(dsn, application_name=application_name, **options)
     return psycopg.connect(conninfo, autocommit=autocommit, row_factory=dict_row)

@@ -53,12 +53,18 @@ def encode_payload(payload: Any) -> str:
     """The JSON text stored for ``payload``; PayloadError for what jsonb cannot hold faithfully
     (non-JSON values, NaN/Infinity, NUL characters) or what exceeds the size limit."""
     try:
-        text = json.dumps(payload if payload is not None else {}, allow_nan=False, separators=(",", ":"))
+        # Non-ASCII characters as UTF-8, not \u escapes: a SQL_ASCII database cannot turn an
+        # escape above \u007f into jsonb, and the byte size below is then the stored size.
+        text = json.dumps(payload if payload is not None else {}, allow_nan=False,
+                          separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"payload is not valid JSON for storage: {exc}") from None
-    if _ESCAPED_NUL.search(text):
+    if _ESCAPED_NUL.search(text) or "\x00" in text:
         raise PayloadError("payload contains a NUL character (\\u0000), which PostgreSQL's jsonb cannot store")
-    size, limit = len(text.encode()), max_payload_bytes()
+    try:
+        size, limit = len(text.encode()), max_payload_bytes()
+    except UnicodeEncodeError:
+        raise PayloadError("payload contains an unpaired surrogate, which is not valid UTF-8") from None
     if size > limit:
         raise PayloadError(f"payload is {size} bytes, above the {limit}-byte limit (TENURE_MAX_PAYLOAD_BYTES)")
     return text
