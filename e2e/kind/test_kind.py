@@ -271,13 +271,13 @@ def test_pod_sigkill_mid_job_is_reaped_by_the_cronjob(cluster: Cluster) -> None:
     # Shorter lease/heartbeat/grace so a recovery fits the test; two pods stay up.
     c.patch_jobqueue(JQ, {"leaseSeconds": 20, "heartbeatSeconds": 5, "graceSeconds": 10,
                           "reaper": {"graceSeconds": 10},
-                          "scaling": {"minReplicas": 2, "maxReplicas": 4,
+                          "scaling": {"minReplicas": 2, "maxReplicas": 4, "allowScaleToZero": False,
                                       "scaleDownStabilizationSeconds": 60}})
     wait_for("2 Ready workers on the new spec", lambda: (
         (d := c.get("deployment", f"{JQ}-worker"))["status"].get("updatedReplicas", 0) >= 2
         and d["status"].get("readyReplicas", 0) >= 2
         and d["status"].get("replicas", 0) == d["status"].get("updatedReplicas", 0)), 420)
-    c.enqueue("enqueue-kill", QUEUE, "kill", 600, first_id=200000)
+    c.enqueue("enqueue-kill", QUEUE, "kill", 600, first_id=200000, extra={"provider_seconds": 0.5})
     victim = wait_for("a worker pod holding running jobs",
                       lambda: max(running_by_pod(c).items(), key=lambda kv: len(kv[1]), default=None), 180,
                       interval=1)
@@ -342,7 +342,8 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
         (d := c.get("deployment", f"{JQ}-worker"))["status"].get("updatedReplicas", 0) >= 2
         and d["status"].get("readyReplicas", 0) >= 2
         and d["status"].get("replicas", 0) == d["status"].get("updatedReplicas", 0)), 420)
-    c.enqueue("enqueue-freeze", QUEUE, "freeze", 1500, first_id=300000)
+    c.enqueue("enqueue-freeze", QUEUE, "freeze", 1500, first_id=300000,
+              extra={"provider_seconds": 0.5})
 
     def spread() -> dict[str, list[str]] | None:
         nodes: dict[str, list[str]] = {}
@@ -443,7 +444,7 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
 @pytest.mark.timeout(900)
 def test_rolling_update_under_load_loses_nothing(cluster: Cluster) -> None:
     c = cluster
-    c.enqueue("enqueue-roll", QUEUE, "roll", 1500, first_id=400000)
+    c.enqueue("enqueue-roll", QUEUE, "roll", 1500, first_id=400000, extra={"provider_seconds": 0.2})
     wait_for("the roll batch started", lambda: c.count(
         "SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = 'roll' AND status = 'completed'")
         > 50, 300, interval=2)

@@ -18,10 +18,14 @@ def _invoice_payload(payload: dict[str, object]) -> None:
 
 @app.task("send_invoice_email", validate=_invoice_payload)
 def send_invoice_email(ctx: JobContext) -> None:
+    """Sends one invoice email as a guarded effect. ``payload["provider_seconds"]`` (default
+    0.05) is how long the provider call takes: e2e/kind uses longer calls so that jobs are
+    running when it kills a pod or freezes a node."""
     invoice = ctx.payload["invoice_id"]
     with ctx.effect(f"invoice:{invoice}:email:v1") as effect:
         if not effect.already_succeeded:
-            time.sleep(0.05)  # the provider call, made with the effect's key
+            # the provider call, made with the effect's key
+            time.sleep(float(ctx.payload.get("provider_seconds", 0.05)))
             effect.succeeded(f"msg-{invoice}")
 
 
