@@ -222,6 +222,7 @@ class Worker:
         cfg = self.config
         coalesce_below = min(cfg.claim_batch, cfg.concurrency) // 2
         coalesced = False
+        repo: Repository | None = None
         while not self._stop_signalled:
             # Clear before looking: a wake-up that lands after this line is kept for the wait.
             self._wakeup.clear()
@@ -236,7 +237,9 @@ class Worker:
                 continue
             coalesced = False
             try:
-                repo = Repository(claim.get(), self.schema)
+                conn = claim.get()
+                if repo is None or repo.conn is not conn:
+                    repo = Repository(conn, self.schema)  # one per connection: it keeps the claim's gate hint
                 if want > 0:
                     claimed = repo.claim(self.worker_id, cfg.queues, want, cfg.heartbeat.lease,
                                          aging=cfg.priority_aging)
