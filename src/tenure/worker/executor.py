@@ -66,7 +66,8 @@ class Executor:
         self.metrics, self.retry, self.redaction = metrics, retry, redaction
         self._heartbeat_now, self._on_done = heartbeat_now, on_done
         self._task_metrics: dict[tuple[str, str], _TaskMetrics] = {}
-        self.slots = Slots(concurrency, on_in_flight=lambda ctx, d: self._tm((ctx.job.queue, ctx.job.task)).in_flight.inc(d))
+        self.slots = Slots(concurrency, on_in_flight=lambda ctx, d: self._tm((ctx.job.queue, ctx.job.task)).in_flight.inc(d),
+                           on_idle=on_done)
         self.acker = Acker(dsn=dsn, schema=schema, worker_id=worker_id, slots=self.slots, metrics=metrics,
                            completed=lambda labels: self._tm(labels).completed, redaction=redaction)
         self._pool = ThreadPoolExecutor(max_workers=concurrency * 2 + 1, thread_name_prefix="tenure-job")

@@ -205,7 +205,7 @@ class Worker:
             self.state.ready = False
             self.state.stop_requested.set()
             self.acker.stop()
-            self.listener.join(timeout=30)
+            self.listener.stop_and_join(timeout=30)
             self.heartbeater.stop()
             try:
                 with connect(self.dsn, application_name=f"tenure-stop:{self.worker_id}") as conn:
@@ -261,8 +261,7 @@ class Worker:
         log.info("stop requested: draining (up to %gs)", cfg.drain_timeout)
 
     def _queues_empty(self, repo: Repository) -> bool:
-        stats = repo.queue_stats(completed=False)
-        return not any(s.ready or s.running or s.scheduled for s in stats if s.queue in self.config.queues)
+        return not repo.queues_have_work(self.config.queues)
 
     def _periodic_enqueued(self, schedule: Schedule, slot: object, job_id: int, skipped: int) -> None:
         """Called by the scheduler for each slot this process enqueued (and the ones it skipped)."""

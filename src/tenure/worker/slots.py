@@ -32,9 +32,13 @@ class Snapshot:
 class Slots:
     """Held jobs and everything tied to them, with one lock and one condition (idle/acked)."""
 
-    def __init__(self, capacity: int, on_in_flight: Callable[[JobContext, int], None] | None = None) -> None:
+    def __init__(self, capacity: int, on_in_flight: Callable[[JobContext, int], None] | None = None,
+                 on_idle: Callable[[], None] | None = None) -> None:
         self.capacity = capacity
         self._on_in_flight = on_in_flight or (lambda ctx, delta: None)
+        self._on_idle = on_idle or (lambda: None)
+        """Called (lock held: it must not block) when the last outstanding outcome is written
+        and no job runs: a burst worker may exit now."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._held: dict[int, JobContext] = {}
@@ -135,6 +139,8 @@ class Slots:
             if written:
                 self.processed += count
             self._changed.notify_all()
+            if not self._pending_acks and not self._held:
+                self._on_idle()
 
     def wait_idle(self, deadline: float) -> None:
         """Until no job runs or the monotonic ``deadline`` passes."""
