@@ -505,10 +505,11 @@ class Repository:
     def job_events(self, job_id: int) -> list[Row]:
         return self._rows("job_events_list", {"id": job_id})
 
-    def queues_have_work(self, queues: Sequence[str]) -> bool:
-        """True while any of ``queues`` has a pending (ready or scheduled) or running job."""
+    def queue_work(self, queues: Sequence[str]) -> tuple[bool, bool]:
+        """``(pending, running)``: whether any of ``queues`` has a pending (ready or scheduled)
+        job, and whether any has a running one (any worker's)."""
         row = self._one("queue_work_exists", {"queues": list(queues)})
-        return bool(row and row["busy"])
+        return (bool(row["pending"]), bool(row["running"])) if row else (False, False)
 
     def queue_stats(self, queue: str | None = None, *,
                     completed: dict[str, int] | None | bool = True) -> list[QueueStats]:

@@ -59,6 +59,9 @@ REAPER_INTERVAL_DEFAULT = 0.0
 MAX_ABANDONED_DEFAULT = 0
 CLAIM_COALESCE_SECONDS = 0.002
 """Pause once before claiming fewer than half a batch while handlers run (one statement, many slots)."""
+BURST_TAIL_POLL_SECONDS = 0.05
+"""A burst worker with nothing left to claim while other workers' jobs still run looks again
+this often (instead of every poll interval), so it exits soon after the last one finishes."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,7 @@ class Worker:
                 time.sleep(CLAIM_COALESCE_SECONDS)
                 continue
             coalesced = False
+            wait = cfg.poll_interval
             try:
                 conn = claim.get()
                 if repo is None or repo.conn is not conn:
@@ -246,8 +250,14 @@ class Worker:
                     self.executor.dispatch(claimed)
                     if len(claimed) == want:
                         continue
-                if cfg.burst and not claimed and not self.slots.busy() and self._queues_empty(repo):
-                    break
+                if cfg.burst and not claimed and not self.slots.busy():
+                    pending, running = repo.queue_work(cfg.queues)
+                    if not pending and not running:
+                        break
+                    if not pending:
+                        # Only other workers' jobs are left: their completions send no NOTIFY,
+                        # so look again soon instead of a poll interval later.
+                        wait = min(wait, BURST_TAIL_POLL_SECONDS)
             except psycopg.Error as exc:
                 # Never crash-loop on a database hiccup: reconnect and carry on. Jobs a lost
                 # claim may have taken are recovered by lease expiry.
@@ -256,12 +266,9 @@ class Worker:
                 self.metrics.db_reconnects.labels("claim").inc()
                 time.sleep(min(cfg.poll_interval, 1.0))
                 continue
-            self._wakeup.wait(cfg.poll_interval)
+            self._wakeup.wait(wait)
         self.state.stop_requested.set()
         log.info("stop requested: draining (up to %gs)", cfg.drain_timeout)
-
-    def _queues_empty(self, repo: Repository) -> bool:
-        return not repo.queues_have_work(self.config.queues)
 
     def _periodic_enqueued(self, schedule: Schedule, slot: object, job_id: int, skipped: int) -> None:
         """Called by the scheduler for each slot this process enqueued (and the ones it skipped)."""

@@ -360,10 +360,9 @@ SELECT id, event, lock_token, worker_id, attempt, reason, detail, created_at
 FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
 
 -- name: queue_work_exists
--- Whether any of the given queues has a pending (ready or scheduled) or running job: one probe of each partial index, for a burst worker deciding to exit.
-SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[]))
-    OR EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'running' AND queue_name = ANY(%(queues)s::text[]))
-       AS busy;
+-- Whether the given queues have pending (ready or scheduled) and running jobs: one probe of each partial index, for a burst worker deciding to exit.
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[])) AS pending,
+       EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'running' AND queue_name = ANY(%(queues)s::text[])) AS running;
 
 -- name: queue_stats
 -- Per-queue backlog and lease health from partial indexes only (cheap at a million rows), queue filter in every part; shared by `tenure stats`, the exporter and the operator.
