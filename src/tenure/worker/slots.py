@@ -76,9 +76,20 @@ class Slots:
 
     # -- the executor -------------------------------------------------------------------------
     def take(self, ctx: JobContext) -> None:
+        self.take_many([ctx])
+
+    def take_many(self, ctxs: list[JobContext]) -> None:
+        """Hold a claim batch (one lock; the in-flight hook once per queue and task)."""
         with self._lock:
-            self._held[ctx.job.id] = ctx
-        self._on_in_flight(ctx, 1)
+            for ctx in ctxs:
+                self._held[ctx.job.id] = ctx
+        first: dict[tuple[str, str], tuple[JobContext, int]] = {}
+        for ctx in ctxs:
+            key = (ctx.job.queue, ctx.job.task)
+            seen = first.get(key)
+            first[key] = (ctx, 1) if seen is None else (seen[0], seen[1] + 1)
+        for ctx, n in first.values():
+            self._on_in_flight(ctx, n)
 
     def attach(self, ctx: JobContext, future: Future[Any]) -> None:
         with self._lock:
