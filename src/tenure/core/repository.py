@@ -408,7 +408,8 @@ class Repository:
         rest = list(done)
         while rest:
             seen: set[int] = set()
-            batch, later = [], []
+            batch: list[tuple[int, uuid.UUID]] = []
+            later: list[tuple[int, uuid.UUID]] = []
             for d in rest:
                 (later if d[0] in seen else batch).append(d)
                 seen.add(d[0])
