@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         t = backend.cpu_times()
         return float(t.user + t.system)
 
-    claim_p = {"queues": ["default"], "limit": 100, "lease": 30.0, "worker_id": "w1"}
+    claim_p = {"queues": ["default"], "limit": 100, "lease": 30.0, "worker_id": "w1", "aging": 300.0, "gated": False}
     every = {**q, **extra}
     claims = [n for n in ["job_claim", *extra] if "claim" in n]
     completes = [n for n in ["job_complete_many", *extra] if "complete" in n]

@@ -53,12 +53,17 @@ def test_every_command_and_subcommand_has_help() -> None:
 
 
 def test_a_command_module_that_cannot_import_fails_loudly() -> None:
-    """Before the cli package, a failed import silently removed `tenure doctor` and `tenure chaos`."""
-    code = ("import sys; sys.modules['tenure.observability.doctor'] = None\n"
-            "from tenure.cli import main\nmain(['stats', '--help'])")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1, result.stdout
-    assert "ModuleNotFoundError" in result.stderr and "tenure.observability.doctor" in result.stderr, result.stderr
+    """Before the cli package, a failed import silently removed `tenure doctor` and `tenure chaos`.
+    Now the command itself and `tenure --help` (every parser) fail with the import error; another
+    command, which builds only its own parser, is not affected."""
+    for argv, code in ((["doctor", "--help"], 1), (["--help"], 1), (["stats", "--help"], 0)):
+        script = ("import sys; sys.modules['tenure.observability.doctor'] = None\n"
+                  f"from tenure.cli import main\nmain({argv!r})")
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert result.returncode == code, (argv, result.stdout, result.stderr)
+        if code:
+            assert "ModuleNotFoundError" in result.stderr and "tenure.observability.doctor" in result.stderr, \
+                result.stderr
 
 
 def test_unknown_options_and_commands_exit_2_with_one_line() -> None:

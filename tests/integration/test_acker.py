@@ -42,3 +42,19 @@ def test_refused_batch_falls_back_to_one_by_one(dsn: str, schema: str, repo: Rep
         "what the batch had already written is not written again"
     slots.wait_acked(time.monotonic() + 1)
     assert not slots.busy() and slots.processed == 2, "every outcome is accounted for; two were written"
+
+
+def test_two_attempts_of_one_job_in_one_batch(repo: Repository) -> None:
+    """A batch can hold a stale attempt and the current attempt of the same job (its lease was
+    lost, then this worker claimed it again): the current one is accepted, the stale one is
+    rejected and recorded, whatever their order in the batch."""
+    job_id = repo.enqueue("t").id
+    [first] = repo.claim("w1", ["default"], 1, 60)
+    assert repo.release("w1", job_id, first.lock_token)  # stands in for a lost lease and a reap
+    [second] = repo.claim("w1", ["default"], 1, 60)
+    assert second.id == job_id and second.lock_token != first.lock_token
+    assert repo.complete_many("w1", [(job_id, first.lock_token), (job_id, second.lock_token)]) == {job_id: True}
+    assert repo.get_job(job_id)["status"] == "completed"  # type: ignore[index]
+    events = [(e["event"], e["lock_token"]) for e in repo.job_events(job_id)]
+    assert ("completed", second.lock_token) in events
+    assert ("stale_completion_rejected", first.lock_token) in events

@@ -87,6 +87,22 @@ def test_max_running_caps_claims_across_workers(repo: Repository, conn: Connecti
         control.set_max_running(conn, "default", -1, schema=schema)
 
 
+def test_limit_set_between_claims_is_honoured_in_queue_order(repo: Repository, conn: Connection,
+                                                              schema: str) -> None:
+    """A repository that claimed without a gate meets a limit set meanwhile: the ungated claim
+    takes nothing, the gated one caps the limited queue and keeps the order of the queues; once
+    the limit is gone every queue is claimed in full again."""
+    a = [repo.enqueue("t", queue="a").id for _ in range(4)]
+    b = [repo.enqueue("t", queue="b").id for _ in range(4)]
+    assert [j.id for j in repo.claim("w", ["a", "b"], 1, 30)] == a[:1]  # no limit yet: ungated
+    control.set_max_running(conn, "a", 2, schema=schema)
+    assert [j.id for j in repo.claim("w", ["a", "b"], 3, 30)] == [a[1], *b[:2]]
+    assert [j.id for j in repo.claim("w", ["a", "b"], 3, 30)] == b[2:]
+    control.set_max_running(conn, "a", 0, schema=schema)
+    assert [j.id for j in repo.claim("w", ["a", "b"], 3, 30)] == a[2:]
+    assert repo.claim("w", ["a", "b"], 3, 30) == []
+
+
 def test_max_running_holds_under_concurrent_claimers(dsn: str, schema: str) -> None:
     """8 claimers race for one queue limited to 5: the running count never exceeds 5."""
     with connect(dsn) as conn:

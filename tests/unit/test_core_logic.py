@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from tenure.cli import build_parser, duration
+from tenure.cli import build_parser, command_names, duration, invoked_command
 from tenure.core.backoff import RetryPolicy, backoff_cap, full_jitter_delay
 from tenure.core.errors import AmbiguousError, ConfigError, PermanentError, RetryableError, classify_exception
 from tenure.core.queries import _read, parse_named_queries
@@ -134,6 +134,28 @@ def test_parser_knows_every_command() -> None:
                  ["jobs", "show", "1"], ["dlq", "list"], ["dlq", "replay", "--rate", "5"], ["demo"],
                  ["exporter"], ["prune", "--older-than", "7d"]):
         assert parser.parse_args(argv).func
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["worker", "--app", "m:a"], "worker"),
+    (["--database-url", "postgresql://h/worker", "--schema=x", "--log-json", "stats"], "stats"),
+    (["--schema", "worker", "dlq", "list"], "dlq"),  # an option's value is not the command
+    (["--help"], None), (["--data", "x", "worker"], None), ([], None), (["bogus"], None),
+])
+def test_invoked_command_is_told_only_when_plain(argv: list[str], command: str | None) -> None:
+    assert invoked_command(argv) == command
+
+
+def test_one_command_parser_parses_as_the_full_one() -> None:
+    """main() builds only the invoked command's parser: each must parse like the whole tree."""
+    full = build_parser()
+    for argv in (["migrate"], ["--schema", "s", "enqueue", "t"], ["worker", "--app", "m:a", "--concurrency", "3"],
+                 ["reaper", "--once"], ["stats"], ["jobs", "show", "1"], ["dlq", "replay", "--rate", "5"],
+                 ["prune", "--older-than", "7d"], ["queues", "pause", "q"]):
+        one = build_parser(invoked_command(argv))
+        a, b = vars(one.parse_args(argv)), vars(full.parse_args(argv))
+        assert a.keys() == b.keys() and all(a[k] == b[k] for k in a if k != "func"), argv
+    assert set(command_names()) >= {"worker", "reaper", "stats", "migrate"}
 
 
 def test_app_registry_and_loading() -> None:

@@ -29,7 +29,8 @@ def register(sub: Any) -> None:
     p = command(sub, "worker", "run a worker")
     p.add_argument("--app", required=True, help="MODULE:ATTR of a tenure.App")
     p.add_argument("--queue", action="append", help="queue to serve (repeatable; default: the app's queues)")
-    p.add_argument("--concurrency", type=positive_int, default=rt_mod.CONCURRENCY_DEFAULT)
+    p.add_argument("--concurrency", type=positive_int, default=rt_mod.CONCURRENCY_DEFAULT,
+                   help="handlers running at once in this process (default %(default)s)")
     p.add_argument("--claim-batch", type=positive_int, default=rt_mod.CLAIM_BATCH_DEFAULT)
     p.add_argument("--lease", type=duration, default=hb_mod.LEASE_DEFAULT)
     p.add_argument("--heartbeat", type=duration, default=hb_mod.HEARTBEAT_DEFAULT)

@@ -15,10 +15,13 @@ primary answers writes with SQLSTATE 25006, read_only_sql_transaction).
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from tenure.core.errors import ConfigError, first_line
 
@@ -103,4 +106,12 @@ def connect(dsn: str, *, autocommit: bool = True, application_name: str = "tenur
     if "client_encoding" not in given:
         options["client_encoding"] = "UTF8"
     conninfo = psycopg.conninfo.make_conninfo(dsn, application_name=application_name, **options)
-    return psycopg.connect(conninfo, autocommit=autocommit, row_factory=dict_row)
+    conn = psycopg.connect(conninfo, autocommit=autocommit, row_factory=dict_row)
+    set_json_loads(_json_loads, conn)
+    return conn
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """``json.loads`` of text: given bytes (psycopg's default) it first detects their encoding,
+    about 1 µs per value, and a claim decodes one payload per job."""
+    return json.loads(data.decode() if isinstance(data, bytes) else data)

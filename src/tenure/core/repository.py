@@ -224,6 +224,8 @@ class Repository:
         self.schema = schema
         self._q = named_queries(schema)
         self.channel = notify_channel(schema)
+        self._claim_gated = False
+        """The last claim found a running limit on one of its queues: claim gated (see claim)."""
 
     # -- plumbing ---------------------------------------------------------------------------
     def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Row]:
@@ -330,27 +332,54 @@ class Repository:
               aging: float = PRIORITY_AGING_DEFAULT) -> list[ClaimedJob]:
         """Claim up to ``limit`` jobs: paused queues are skipped, a queue's global ``max_running``
         caps what is taken, jobs ready longer than ``aging`` seconds go first (oldest first),
-        then priority order. One transaction of two statements, sent as one pipeline: the first
-        locks the control rows of limited queues, so the claim's snapshot sees every committed
-        claim of those queues (a count inside one statement would race).
+        then priority order.
+
+        Without a limit on any of ``queues`` this is one autocommit statement (one round trip).
+        A limited queue needs two statements in one transaction (sent as one pipeline): the
+        first locks the control rows of the limited queues, so the claim's snapshot sees every
+        committed claim of those queues (a count inside one statement would race). The
+        ungated statement finds out by itself (it then claims nothing and says so); this
+        repository remembers it and claims gated until the gate finds no limit any more, so a
+        worker on a limited queue pays no extra round trip per claim.
 
         The hot path: rows arrive as tuples in :class:`ClaimedJob`'s field order (checked
         against the statement's columns on every call) and become jobs without a dict per row
         or the frozen ``__init__``."""
         params = {"queues": list(queues), "limit": limit, "lease": float(lease),
-                  "worker_id": worker_id, "aging": float(aging)}
+                  "worker_id": worker_id, "aging": float(aging), "gated": False}
         own_tx = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        with contextlib.ExitStack() as stack:
-            if own_tx:
-                stack.enter_context(self.conn.pipeline())
-                stack.enter_context(self.conn.transaction())
-            cur = stack.enter_context(self.conn.cursor(row_factory=tuple_row))
-            cur.execute(self._q["queue_claim_gate"], params)
-            cur.execute(self._q["job_claim"], params)
-            rows = cur.fetchall()  # in a pipeline, the results (and the description) arrive here
-            names = tuple(c.name for c in cur.description or ())
-            if names != _CLAIM_COLUMNS:
-                raise RuntimeError(f"job_claim returns {names}, expected {_CLAIM_COLUMNS} (ClaimedJob's order)")
+        rows: list[tuple[Any, ...]] = []
+        if own_tx and not self._claim_gated:
+            with self.conn.cursor(row_factory=tuple_row) as cur:
+                cur.execute(self._q["job_claim"], params)
+                rows = cur.fetchall()
+                self._check_claim_columns(cur.description)
+            if not rows or rows[-1][0] is not None:
+                return self._claimed(rows)
+            self._claim_gated = True  # a requested queue has a running limit: nothing was claimed
+        params["gated"] = True
+        with self.conn.cursor(row_factory=tuple_row) as gate, self.conn.cursor(row_factory=tuple_row) as cur:
+            with contextlib.ExitStack() as stack:
+                if own_tx:
+                    stack.enter_context(self.conn.pipeline())
+                    stack.enter_context(self.conn.transaction())
+                gate.execute(self._q["queue_claim_gate"], params)
+                cur.execute(self._q["job_claim"], params)
+            # In a pipeline the results (and the descriptions) arrive at its end: one round trip.
+            limited = gate.fetchall()
+            rows = cur.fetchall()
+            self._check_claim_columns(cur.description)
+        self._claim_gated = bool(limited)
+        return self._claimed(rows)
+
+    @staticmethod
+    def _check_claim_columns(description: Sequence[Any] | None) -> None:
+        names = tuple(c.name for c in description or ())
+        if names != _CLAIM_COLUMNS:
+            raise RuntimeError(f"job_claim returns {names}, expected {_CLAIM_COLUMNS} (ClaimedJob's order)")
+
+    @staticmethod
+    def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
         new, fields = object.__new__, _CLAIMED_FIELDS
         jobs = []
         for row in rows:
@@ -376,12 +405,26 @@ class Repository:
                 for r in rows]
 
     def complete_many(self, worker_id: str, done: Sequence[tuple[int, uuid.UUID]]) -> dict[int, bool]:
-        """Complete a batch; ``{id: accepted}``. Rejected ones are recorded as stale."""
-        if not done:
-            return {}
-        rows = self._rows("job_complete_many", {"ids": [d[0] for d in done],
-                                                "tokens": [d[1] for d in done], "worker_id": worker_id})
-        return {int(r["id"]): bool(r["accepted"]) for r in rows}
+        """Complete a batch; ``{id: accepted}``. Rejected ones are recorded as stale.
+
+        The statement finds each job's token by the job's position in the batch, so one
+        statement holds each id once: two attempts of one job in a batch (a lease lost and the
+        job claimed again by this worker) go in separate statements, in order."""
+        result: dict[int, bool] = {}
+        rest = list(done)
+        while rest:
+            seen: set[int] = set()
+            batch: list[tuple[int, uuid.UUID]] = []
+            later: list[tuple[int, uuid.UUID]] = []
+            for d in rest:
+                (later if d[0] in seen else batch).append(d)
+                seen.add(d[0])
+            rows = self._rows("job_complete_many", {"ids": [d[0] for d in batch],
+                                                    "tokens": [d[1] for d in batch], "worker_id": worker_id})
+            for r in rows:
+                result[int(r["id"])] = result.get(int(r["id"]), False) or bool(r["accepted"])
+            rest = later
+        return result
 
     def _cas(self, name: str, operation: str, params: dict[str, Any]) -> bool:
         row = self._one(name, params)
@@ -468,6 +511,12 @@ class Repository:
 
     def job_events(self, job_id: int) -> list[Row]:
         return self._rows("job_events_list", {"id": job_id})
+
+    def queue_work(self, queues: Sequence[str]) -> tuple[bool, bool]:
+        """``(pending, running)``: whether any of ``queues`` has a pending (ready or scheduled)
+        job, and whether any has a running one (any worker's)."""
+        row = self._one("queue_work_exists", {"queues": list(queues)})
+        return (bool(row["pending"]), bool(row["running"])) if row else (False, False)
 
     def queue_stats(self, queue: str | None = None, *,
                     completed: dict[str, int] | None | bool = True) -> list[QueueStats]:

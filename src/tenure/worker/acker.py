@@ -140,13 +140,16 @@ class Acker:
         completes = [o for o in batch if o.kind == "complete"]
         if completes:
             accepted = repo.complete_many(self.worker_id, [(o.ctx.job.id, o.ctx.lock_token) for o in completes])
+            counts: dict[tuple[str, str], int] = {}
             for o in completes:
                 labels = (o.ctx.job.queue, o.ctx.job.task)
                 if accepted.get(o.ctx.job.id):
-                    self._completed(labels).inc()
+                    counts[labels] = counts.get(labels, 0) + 1
                 else:
                     self.metrics.stale_writes.labels(*labels, "complete").inc()
                     log.warning("completion rejected: lease had moved", extra=o.ctx.log_extra)
+            for labels, n in counts.items():  # one locked increment per (queue, task) of the batch
+                self._completed(labels).inc(n)
             done.extend(completes)
         for o in batch:
             if o.kind == "complete":

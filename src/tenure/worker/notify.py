@@ -16,8 +16,9 @@ from tenure.core.service import ServiceConnection, run_service
 
 log = logging.getLogger("tenure.worker")
 
-NOTIFY_WAIT = 0.2
-"""Seconds one wait for notifications lasts before the stop flag is looked at again."""
+NOTIFY_WAIT = 1.0
+"""Seconds one wait for notifications lasts before the stop flag is looked at again (a stop
+through :meth:`Listener.stop` ends the wait at once)."""
 
 
 class Wakeup:
@@ -77,14 +78,21 @@ class Listener:
         self._conn = ServiceConnection(dsn, f"tenure-listen:{worker_id}", stop=stop, log=log)
         self._listening_on: object = None
         self._thread: threading.Thread | None = None
+        self._stop_r, self._stop_w = os.pipe()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="tenure-listen", daemon=True)
         self._thread.start()
 
-    def join(self, timeout: float) -> None:
+    def stop_and_join(self, timeout: float) -> None:
+        """Set ``stop``, end the current wait for notifications at once and wait for the thread."""
+        self.stop.set()
+        os.write(self._stop_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=timeout)
+        if self._thread is None or not self._thread.is_alive():
+            os.close(self._stop_r)
+            os.close(self._stop_w)
 
     def run(self) -> None:
         run_service("listen", self.step, stop=self.stop, conn=self._conn, log=log)
@@ -95,7 +103,11 @@ class Listener:
             Repository(c, self.schema).listen()
             self._listening_on = c
             self.wakeup.set()
-        for note in c.notifies(timeout=NOTIFY_WAIT):
-            if note.payload in self.queues:
-                self.wakeup.set()
+        readable, _, _ = select.select([c.fileno(), self._stop_r], [], [], NOTIFY_WAIT)
+        if self._stop_r in readable:
+            return 0.0  # stopping: run_service sees the flag
+        if readable:
+            for note in c.notifies(timeout=0):
+                if note.payload in self.queues:
+                    self.wakeup.set()
         return 0.0

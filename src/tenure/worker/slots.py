@@ -32,9 +32,13 @@ class Snapshot:
 class Slots:
     """Held jobs and everything tied to them, with one lock and one condition (idle/acked)."""
 
-    def __init__(self, capacity: int, on_in_flight: Callable[[JobContext, int], None] | None = None) -> None:
+    def __init__(self, capacity: int, on_in_flight: Callable[[JobContext, int], None] | None = None,
+                 on_idle: Callable[[], None] | None = None) -> None:
         self.capacity = capacity
         self._on_in_flight = on_in_flight or (lambda ctx, delta: None)
+        self._on_idle = on_idle or (lambda: None)
+        """Called (lock held: it must not block) when the last outstanding outcome is written
+        and no job runs: a burst worker may exit now."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._held: dict[int, JobContext] = {}
@@ -72,9 +76,20 @@ class Slots:
 
     # -- the executor -------------------------------------------------------------------------
     def take(self, ctx: JobContext) -> None:
+        self.take_many([ctx])
+
+    def take_many(self, ctxs: list[JobContext]) -> None:
+        """Hold a claim batch (one lock; the in-flight hook once per queue and task)."""
         with self._lock:
-            self._held[ctx.job.id] = ctx
-        self._on_in_flight(ctx, 1)
+            for ctx in ctxs:
+                self._held[ctx.job.id] = ctx
+        first: dict[tuple[str, str], tuple[JobContext, int]] = {}
+        for ctx in ctxs:
+            key = (ctx.job.queue, ctx.job.task)
+            seen = first.get(key)
+            first[key] = (ctx, 1) if seen is None else (seen[0], seen[1] + 1)
+        for ctx, n in first.values():
+            self._on_in_flight(ctx, n)
 
     def attach(self, ctx: JobContext, future: Future[Any]) -> None:
         with self._lock:
@@ -135,6 +150,8 @@ class Slots:
             if written:
                 self.processed += count
             self._changed.notify_all()
+            if not self._pending_acks and not self._held:
+                self._on_idle()
 
     def wait_idle(self, deadline: float) -> None:
         """Until no job runs or the monotonic ``deadline`` passes."""

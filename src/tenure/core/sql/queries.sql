@@ -39,52 +39,53 @@ WITH input AS (
 SELECT count(*)::int AS inserted FROM ins WHERE (SELECT count(*) FROM notified) >= 0;
 
 -- name: queue_claim_gate
--- Lock the control rows of the claimed queues that have a global running limit (in name order), so limited claims serialise and the next statement counts every committed claim.
+-- Lock the control rows of the claimed queues that have a global running limit (in name order), so limited claims serialise and the next statement counts every committed claim; returns their names.
 SELECT name FROM {schema}.queues
 WHERE name = ANY(%(queues)s::text[]) AND max_running IS NOT NULL AND NOT paused
 ORDER BY name
 FOR UPDATE;
 
 -- name: job_claim
--- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, each queue capped by its global max_running, jobs ready longer than `aging` first (oldest first), then by priority; fresh token and fence per job, lease from the DB clock (R1).
+-- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, jobs ready longer than `aging` first (oldest first), then by priority; fresh token and fence per job, lease from the DB clock (R1).
+-- Ungated (`gated` false: one autocommit statement, the hot path), a requested queue with a global
+-- max_running makes it claim nothing and return one marker row (all NULL) instead: the caller then
+-- runs it gated, after queue_claim_gate in the same transaction, and each limited queue is capped by
+-- max_running minus its running count. Each queue (in the order given) is one index probe for the
+-- aged lane (jobs_ready_idx) and one scan of the rest in priority order (jobs_ready_priority_idx);
+-- the lanes are disjoint by available_at, so a row is never taken twice.
 -- A running attempt is recorded on its jobs row (owner, token, fence, started_at); its audit row (the attempt
 -- record) is written once, by whatever ends the attempt, so a claim inserts nothing into job_events.
 WITH q AS (
-    SELECT u.name, u.ord,
+    SELECT u.name, u.ord, s.max_running IS NOT NULL AS limited,
            CASE WHEN s.max_running IS NULL THEN %(limit)s::int
+                WHEN NOT %(gated)s::boolean THEN 0
                 ELSE greatest(0, least(%(limit)s::int, s.max_running - (
                     SELECT count(*)::int FROM {schema}.jobs r
                     WHERE r.status = 'running' AND r.queue_name = u.name))) END AS room
     FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS u(name, ord)
     LEFT JOIN {schema}.queues s ON s.name = u.name
     WHERE s.paused IS NOT TRUE
-), aged AS (
-    SELECT a.id, q.name, q.ord, a.rank
-    FROM q CROSS JOIN LATERAL (
-        SELECT id, row_number() OVER () AS rank FROM (
+    ORDER BY u.ord
+), blocked AS (
+    SELECT NOT %(gated)s::boolean AND coalesce(bool_or(limited), false) AS blocked FROM q
+), picked AS (
+    SELECT x.id FROM q CROSS JOIN LATERAL (
+        SELECT a.id FROM (
             SELECT id FROM {schema}.jobs
             WHERE status = 'pending' AND queue_name = q.name
               AND available_at <= now() - make_interval(secs => %(aging)s)
             ORDER BY available_at, id
-            LIMIT q.room
-            FOR UPDATE SKIP LOCKED) x
-    ) a
-), ranked AS (
-    SELECT p.id, q.ord, p.rank
-    FROM q CROSS JOIN LATERAL (
-        SELECT id, row_number() OVER () AS rank FROM (
+            LIMIT q.room FOR UPDATE SKIP LOCKED) a
+        UNION ALL
+        SELECT r.id FROM (
             SELECT id FROM {schema}.jobs
             WHERE status = 'pending' AND queue_name = q.name AND available_at <= now()
-              AND id <> ALL (ARRAY(SELECT id FROM aged WHERE aged.name = q.name))
+              AND available_at > now() - make_interval(secs => %(aging)s)
             ORDER BY priority DESC, available_at, id
-            LIMIT greatest(0, q.room - (SELECT count(*)::int FROM aged WHERE aged.name = q.name))
-            FOR UPDATE SKIP LOCKED) y
-    ) p
-), picked AS (
-    SELECT id, row_number() OVER (ORDER BY ord, lane, rank) AS pos
-    FROM (SELECT id, ord, 0 AS lane, rank FROM aged
-          UNION ALL SELECT id, ord, 1, rank FROM ranked) c
-    ORDER BY ord, lane, rank
+            LIMIT q.room FOR UPDATE SKIP LOCKED) r
+        LIMIT q.room
+    ) x
+    WHERE NOT (SELECT blocked FROM blocked)
     LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.jobs j
@@ -97,9 +98,17 @@ WITH q AS (
     RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
               j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
               j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
-              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority
+              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority,
+              j.available_at <= now() - make_interval(secs => %(aging)s) AS aged, j.available_at
 )
-SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.pos;
+(SELECT id, queue_name, task, payload, payload_version, attempt_count, max_attempts, lock_token, fence,
+        idempotency_key, correlation_id, checkpoint_step, checkpoint_data, lease_expires_at, wait_seconds, priority
+ FROM claimed
+ ORDER BY array_position(%(queues)s::text[], queue_name), aged DESC,
+          CASE WHEN aged THEN 0 ELSE -priority END, available_at, id)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM blocked WHERE blocked;
 
 -- name: job_heartbeat
 -- Renew every lease a worker holds in one statement (CAS per job on its token), bounded by the max total lease (R3, R4).
@@ -148,10 +157,15 @@ WITH done AS (
     UPDATE {schema}.jobs j
     SET status = 'completed', completed_at = now(), last_heartbeat_at = now(),
         lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
-    FROM done
-    WHERE j.id = done.id AND j.status = 'running' AND j.locked_by = %(worker_id)s
-      AND j.lock_token = done.token
-    RETURNING j.id, j.queue_name, j.attempt_count, done.token, j.fence, j.started_at
+    -- One primary-key probe per id, whatever the statistics say: the token is looked up by the
+    -- id's position in the arrays (a join on the unnest was planned as a nested loop over the
+    -- whole batch per row, or as a scan of every running row's index entry, dead ones included,
+    -- with statistics from a fill when nothing ran yet). Compared as text, `status` matches no
+    -- partial index, so `id = ANY(ids)` is the index condition.
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status::text = 'running' AND j.locked_by = %(worker_id)s
+      AND j.lock_token = (%(tokens)s::uuid[])[array_position(%(ids)s::bigint[], j.id)]
+    RETURNING j.id, j.queue_name, j.attempt_count,
+              (%(tokens)s::uuid[])[array_position(%(ids)s::bigint[], j.id)] AS token, j.fence, j.started_at
 ), accepted AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, detail)
     SELECT id, queue_name, 'completed', token, %(worker_id)s, attempt_count,
@@ -344,6 +358,11 @@ FROM {schema}.jobs j WHERE j.id = %(id)s;
 -- The audit trail of one job, oldest first.
 SELECT id, event, lock_token, worker_id, attempt, reason, detail, created_at
 FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
+
+-- name: queue_work_exists
+-- Whether the given queues have pending (ready or scheduled) and running jobs: one probe of each partial index, for a burst worker deciding to exit.
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[])) AS pending,
+       EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'running' AND queue_name = ANY(%(queues)s::text[])) AS running;
 
 -- name: queue_stats
 -- Per-queue backlog and lease health from partial indexes only (cheap at a million rows), queue filter in every part; shared by `tenure stats`, the exporter and the operator.
