@@ -673,8 +673,6 @@ def reconcile_jobqueue(
             error = ("SecretMissing", f"Secret {namespace}/{spec.secret_name} not found")
         elif secret is not None:
             dsn = secret_value(secret, spec.secret_key)
-            if dsn:
-                dsn = dsn_in_namespace(dsn, namespace, _resolves)  # "postgres": its Service
             if not dsn:
                 error = (
                     "SecretKeyMissing",
@@ -682,6 +680,8 @@ def reconcile_jobqueue(
                 )
             elif not hold:
                 # Before the schema exists there are no figures to read (and no error in that).
+                # Resolved only when read: "postgres" means the JobQueue namespace's Service.
+                dsn = dsn_in_namespace(dsn, namespace, _resolves)
                 try:
                     figures = fetch(dsn, spec.schema, spec.queue)
                     wanted = (spec.paused, spec.max_running)
