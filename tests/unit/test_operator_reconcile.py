@@ -26,7 +26,7 @@ SPEC: dict[str, Any] = {
     "drainTimeoutSeconds": 45,
     "retry": {"maxAttempts": 7, "baseDelaySeconds": 2, "maxDelaySeconds": 60},
     "scaling": {"minReplicas": 1, "maxReplicas": 6},
-    "reaper": {"schedule": "*/5 * * * *", "graceSeconds": 11, "batchSize": 50, "suspend": True},
+    "reaper": {"schedule": "*/5 * * * *", "graceSeconds": 21, "batchSize": 50, "suspend": True},
     "metrics": {"port": 9200, "serviceMonitor": True},
     "pod": {
         "resources": {"requests": {"cpu": "100m"}},
@@ -128,7 +128,7 @@ def test_cronjob_runs_the_reaper_once_without_overlap() -> None:
     assert cj["spec"]["successfulJobsHistoryLimit"] == rc.CRONJOB_SUCCESS_HISTORY
     assert cj["spec"]["failedJobsHistoryLimit"] == rc.CRONJOB_FAILED_HISTORY
     assert container(cj)["args"] == [
-        "reaper", "--once", "--grace", "11", "--batch", "50", "--backoff-base", "2", "--backoff-max", "60",
+        "reaper", "--once", "--grace", "21", "--heartbeat", "20", "--batch", "50", "--backoff-base", "2", "--backoff-max", "60",
     ]  # fmt: skip
     assert cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
@@ -188,6 +188,7 @@ def test_defaults_fill_a_minimal_spec() -> None:
         ({"concurrency": "8"}, "integer"),
         ({"concurrency": True}, "integer"),
         ({"image": ""}, "spec.image is required"),
+        ({"reaper": {"graceSeconds": 19}}, r"reaper.graceSeconds \(19\) must be at least spec.heartbeatSeconds"),
     ],
 )
 def test_bad_specs_are_refused_with_the_field_named(patch: dict[str, Any], fragment: str) -> None:

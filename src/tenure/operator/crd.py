@@ -107,6 +107,13 @@ def _spec_schema() -> dict[str, Any]:
                 "heartbeats",
                 "fieldPath": ".heartbeatSeconds",
             },
+            {
+                "rule": "!has(self.reaper) || !has(self.reaper.graceSeconds) || "
+                "self.reaper.graceSeconds >= self.heartbeatSeconds",
+                "message": "reaper.graceSeconds must be at least heartbeatSeconds: a shorter "
+                "grace reaps jobs whose heartbeat is merely late",
+                "fieldPath": ".reaper.graceSeconds",
+            },
         ],
         "properties": {
             "queue": {

@@ -254,6 +254,8 @@ def reaper_args(spec: s.JobQueueSpec) -> list[str]:
         "--once",
         "--grace",
         str(spec.reaper.grace_seconds),
+        "--heartbeat",
+        str(spec.heartbeat_seconds),
         "--batch",
         str(spec.reaper.batch_size),
         *_backoff_args(spec),
