@@ -168,6 +168,7 @@ class Executor:
         tm = self._task_metrics.get(labels)
         if tm is None:
             m = self.metrics
+            m.prime_task(*labels)
             tm = _TaskMetrics(m.claimed.labels(*labels), m.completed.labels(*labels), m.wait.labels(*labels),
                               m.attempts.labels(*labels), m.in_flight.labels(*labels),
                               m.claim_to_start.labels(*labels), m.runtime.labels(*labels))

@@ -69,3 +69,16 @@ class WorkerMetrics:
                                      "(a failover moves the primary).", ["role"], registry=registry)
         self.heartbeat_timestamp = Gauge("tenure_worker_heartbeat_timestamp_seconds",
                                          "Unix time of the last successful heartbeat loop.", registry=registry)
+
+    def prime_task(self, queue: str, task: str) -> None:
+        """Create the (queue, task) series of the event counters at 0, once per pair, so that a
+        rate over them reads 0 rather than "no data" until the first event (a dashboard panel or
+        alert on leases lost, stale writes or deferrals is empty otherwise). Counters whose extra
+        label is open-ended (error_code) are left to their first increment."""
+        for counter in (self.claimed, self.completed, self.released, self.deferred, self.timeouts,
+                        self.cancelled_running, self.lease_extensions, self.leases_lost):
+            counter.labels(queue, task)
+        for operation in STALE_WRITE_OPERATIONS:
+            self.stale_writes.labels(queue, task, operation)
+        self.dedup_checks.labels(queue, task, "effect")
+        self.dedup_hits.labels(queue, task, "effect")
