@@ -184,3 +184,24 @@ def test_cli_enqueue_stats_and_jobs_show(repo: Repository, cli_env: dict[str, st
     assert [s.__dict__ for s in repo.queue_stats()][0]["ready"] == 6
     shown = run_cli(cli_env, "jobs", "show", str(job_id), "--json")
     assert json.loads(shown.stdout)["job"]["idempotency_key"] == "k:1"
+
+
+def test_demo_invoice_email_killed_mid_send_is_reconciled_not_dead_lettered(
+        repo: Repository, spawn: Callable[..., Popen[bytes]]) -> None:
+    """The example JobQueue's task (e2e/kind kills its pods): the killed attempt leaves its
+    effect in doubt; the re-run asks the demo provider (reconcile), re-sends under the same key
+    and completes, instead of dead-lettering ``effect_in_doubt``."""
+    demo = ["--app", "tenure.demo.tasks:app"]
+    job_id = repo.enqueue("send_invoice_email", {"invoice_id": 7, "provider_seconds": 2}).id
+    a = spawn(*WORKER[:1], *demo, *WORKER[3:])
+    wait_for(lambda: repo.execution_get("invoice:7:email:v1"), 20, "the first attempt to begin its effect")
+    a.kill()
+    a.wait()
+    spawn(*REAPER)
+    spawn(*WORKER[:1], *demo, *WORKER[3:])
+    wait_for(lambda: (repo.get_job(job_id) or {}).get("status") == "completed", 30, "the re-run to complete")
+    job = repo.get_job(job_id)
+    assert job is not None and job["attempt_count"] == 2
+    assert "dead_lettered" not in _events(repo, job_id)
+    execution = repo.execution_get("invoice:7:email:v1")
+    assert execution is not None and execution["status"] == "succeeded" and execution["result_ref"] == "msg-7"
