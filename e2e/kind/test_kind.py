@@ -296,9 +296,12 @@ def test_pod_sigkill_mid_job_is_reaped_by_the_cronjob(cluster: Cluster) -> None:
     orphans = [(int(i), t) for i, t in stuck]
     assert orphans, f"no job was running on {pod} when its process was killed"
     ids = [i for i, _ in orphans]
-    wait_for("the orphaned jobs reaped and completed", lambda: c.count(
-        f"SELECT count(*) FROM tenure.jobs WHERE id IN {sql_list(ids)} AND status = 'completed'")
-        == len(ids), 420, interval=3)
+    def orphans_completed() -> bool:
+        rows = c.sql(f"SELECT id, status, coalesce(last_error_code, '') FROM tenure.jobs WHERE id IN {sql_list(ids)}")
+        failed = [r for r in rows if r[1] == "failed"]
+        assert not failed, f"orphaned jobs dead-lettered instead of re-run: {failed}"
+        return all(r[1] == "completed" for r in rows)
+    wait_for("the orphaned jobs reaped and completed", orphans_completed, 420, interval=3)
     t_recovered = float(c.scalar(
         f"SELECT extract(epoch FROM max(completed_at)) FROM tenure.jobs WHERE id IN {sql_list(ids)}"))
     reaped = c.sql(
