@@ -367,11 +367,25 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
         (n for n, pods in sorted(nodes.items())
          if any(running_by_pod(c).get(p) for p in pods)), None), 120, interval=1)
     frozen_pods = nodes[busy]
+    # Only the workers are partitioned: every other pod on that node (the operator, the
+    # exporter, CoreDNS, ...) moves to another node first (PostgreSQL and the monitoring stack
+    # are pinned to the control-plane node). The node stays cordoned until it has thawed.
+    c.kubectl("drain", busy, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
+              "--pod-selector=app.kubernetes.io/component!=worker", "--timeout=240s",
+              namespaced=False, timeout=260)
+    for ns, dep in ((c.operator_namespace, "tenure"), ("kube-system", "coredns")):
+        c.kubectl("-n", ns, "rollout", "status", f"deploy/{dep}", "--timeout=240s", namespaced=False,
+                  timeout=260)
+    wait_for("the exporter running off the node to be frozen", lambda: [
+        p for p in c.get("pods", "-l", "app.kubernetes.io/component=exporter")["items"]
+        if p["status"].get("phase") == "Running" and p["spec"].get("nodeName") != busy
+        and all(cs.get("ready") for cs in p["status"].get("containerStatuses") or [])], 240)
+    assert [p for p in frozen_pods if p in pods_of_workers(c)], f"the workers on {busy} went away"
 
     c.docker("pause", busy)
-    t_freeze = c.db_now()
     t_freeze_wall = time.time()
     try:
+        t_freeze = c.db_now()
         victims = {}
         for pod in frozen_pods:
             for job_id, token, worker in c.sql(
@@ -401,6 +415,7 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
                  round(resolved[0] - t_recovered, 1))
     finally:
         c.docker("unpause", busy)
+        c.kubectl("uncordon", busy, namespaced=False, check=False)
     t_thaw = c.db_now()
     c.record("freeze_seconds", round(t_thaw - t_freeze, 1))
     c.record("freeze_victim_jobs", len(ids))
