@@ -414,8 +414,13 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
         c.record("alert_expired_leases_resolved_after_recovery_seconds",
                  round(resolved[0] - t_recovered, 1))
     finally:
-        c.docker("unpause", busy)
-        c.kubectl("uncordon", busy, namespaced=False, check=False)
+        # The database's clock just before the thaw: the thawed processes write within
+        # milliseconds of it, before any later statement of this test could read the clock.
+        try:
+            t_before_thaw = c.db_now()
+        finally:
+            c.docker("unpause", busy)
+            c.kubectl("uncordon", busy, namespaced=False, check=False)
     t_thaw = c.db_now()
     c.record("freeze_seconds", round(t_thaw - t_freeze, 1))
     c.record("freeze_victim_jobs", len(ids))
@@ -426,7 +431,7 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
             "SELECT job_id, event, worker_id, coalesce(detail->>'operation', '') FROM tenure.job_events"
             " WHERE event IN ('stale_completion_rejected', 'stale_write_rejected')"
             f" AND worker_id IN {sql_list(sorted(frozen_workers))}"
-            f" AND created_at >= to_timestamp({t_thaw})")
+            f" AND created_at >= to_timestamp({t_before_thaw})")
     rejected = wait_for("late writes from the thawed node rejected and audited", late_rejections, 180,
                         interval=3)
     c.record("freeze_late_writes_rejected", len(rejected))

@@ -251,6 +251,25 @@ class Executor:
     def _borrow_repo(self, fresh: bool = False) -> _Borrowed:
         return _Borrowed(self, fresh)
 
+    def wait_async_settled(self, deadline: float) -> None:
+        """Until every handler task on the event loop has finished, or the monotonic
+        ``deadline``. No-op without async handlers."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            return
+
+        async def settle() -> None:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            if tasks:
+                await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+
+        future = asyncio.run_coroutine_threadsafe(settle(), loop)
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+        except TimeoutError:
+            future.cancel()
+
     def shutdown(self) -> None:
         self._deadlines.stop()
         if self._loop is not None and self._loop_thread is not None:

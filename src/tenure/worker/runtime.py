@@ -67,6 +67,11 @@ BURST_TAIL_POLL_SECONDS = 0.05
 this often (instead of every poll interval), so it exits soon after the last one finishes."""
 
 
+ASYNC_SETTLE_SECONDS = 5.0
+"""Longest wait on shutdown for cancelled async handlers to unwind and hand in their outcome
+(one that swallows its cancellation does not hold the exit longer)."""
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything a worker process needs besides its App."""
@@ -288,6 +293,9 @@ class Worker:
             # Release first, then tell the handler: its own late write will be rejected.
             self.acker.put(Outcome(ctx, "release", event="released", reason="shutdown: drain timeout"))
             ctx.signal_lease_lost("worker shutting down: job released", counted=False)
+        # An async handler cancelled on a lost lease freed its slot at once but writes its
+        # outcome only when its task has unwound: let those finish before the acker stops.
+        self.executor.wait_async_settled(time.monotonic() + ASYNC_SETTLE_SECONDS)
         self.slots.wait_acked(time.monotonic() + 30)
         if leftovers:
             log.warning("released %d unfinished job(s) on shutdown", len(leftovers))
