@@ -309,7 +309,8 @@ def _spec_schema() -> dict[str, Any]:
                         ],
                     },
                     "graceSeconds": _int(
-                        "tenure reaper --grace: extra time past lease expiry before recovery.",
+                        "tenure reaper --grace: extra time past lease expiry before recovery; at least "
+                        "heartbeatSeconds.",
                         s.REAPER_GRACE_SECONDS_DEFAULT,
                         0,
                         86400,
