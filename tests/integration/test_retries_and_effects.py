@@ -165,7 +165,7 @@ def test_effect_store_runs_the_body_once_when_two_attempts_hold_the_key(dsn: str
     registries = (a_metrics, b_metrics)
     assert sum(r.get_sample_value("tenure_jobs_deferred_total", labels) or 0 for r in registries) \
         == events.count("deferred")
-    assert [r.get_sample_value("tenure_jobs_released_total", labels) for r in registries] == [0.0, 0.0]
+    assert [r.get_sample_value("tenure_jobs_released_total", labels) or 0.0 for r in registries] == [0.0, 0.0]
 
 
 def test_redaction_masks_keys_and_truncates() -> None:

@@ -188,6 +188,8 @@ class Worker:
         claim = ServiceConnection(self.dsn, f"tenure-claim:{self.worker_id}", stop=self.state.stop_requested, log=log)
         repo = Repository(claim.get(), self.schema)
         repo.check_schema()
+        if repo.refresh_stale_claim_statistics():
+            log.info("analyzed the jobs table: its statistics lagged a bulk enqueue")
         cfg = self.config
         repo.worker_register(self.worker_id, host=socket.gethostname(), pid=os.getpid(), queues=list(cfg.queues),
                              concurrency=cfg.concurrency, heartbeat_seconds=cfg.heartbeat.interval,

@@ -446,6 +446,18 @@ FROM {schema}.jobs
 WHERE status = 'completed' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
 GROUP BY queue_name ORDER BY queue_name;
 
+-- name: job_table_stats_stale
+-- Whether the planner's statistics of the jobs table lag far behind it (a bulk enqueue since the last analyze): the claim's plan depends on them.
+SELECT coalesce(s.n_mod_since_analyze >= %(min_rows)s
+                AND s.n_mod_since_analyze >= %(fraction)s * greatest(c.reltuples, 0), false) AS stale
+FROM pg_class c
+LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid = '{schema}.jobs'::regclass;
+
+-- name: job_table_analyze
+-- Refresh the jobs table's planner statistics, waiting at most 200 ms for a vacuum or analyze already running (in a transaction).
+SET LOCAL lock_timeout = '200ms'; ANALYZE {schema}.jobs;
+
 -- name: worker_register
 -- Add this process to the worker registry (R9).
 INSERT INTO {schema}.workers (id, host, pid, queues, concurrency, heartbeat_seconds, version, lease_seconds)
