@@ -73,11 +73,11 @@ PRIORITY_MAX = 100
 PRIORITY_DEFAULT = 0
 """Job priority: an integer in [PRIORITY_MIN, PRIORITY_MAX]; higher runs first."""
 PRIORITY_AGING_DEFAULT = 300.0
+"""Seconds a job may wait ready before it is claimed ahead of every priority (starvation bound)."""
 STATS_STALE_MIN_ROWS = 1000
 """Rows changed since the jobs table's last analyze before a starting worker refreshes its statistics."""
 STATS_STALE_FRACTION = 0.2
 """... and at least this fraction of the table (autovacuum's own default threshold is 0.1)."""
-"""Seconds a job may wait ready before it is claimed ahead of every priority (starvation bound)."""
 
 
 def check_priority(priority: Any) -> int:
