@@ -32,13 +32,12 @@ from typing import Any
 import pytest
 
 from kind.kube import Cluster, KindError, sql_list, wait_for
+from tenure.core.repository import REJECTED_WRITE_EVENTS
 
 pytestmark = pytest.mark.kind
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "emails"
-REJECTED_WRITES = "('heartbeat_lost', 'stale_completion_rejected', 'stale_write_rejected')"
-"""The audit events of writes the token CAS refused (a zombie's heartbeat, completion, effect)."""
 JQ = "emails"
 
 
@@ -435,7 +434,7 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
     def late_rejections() -> list[list[str]]:
         return c.sql(
             "SELECT job_id, event, worker_id, coalesce(detail->>'operation', '') FROM tenure.job_events"
-            f" WHERE event IN {REJECTED_WRITES}"
+            f" WHERE event IN {sql_list(REJECTED_WRITE_EVENTS)}"
             f" AND worker_id IN {sql_list(sorted(frozen_workers))}"
             f" AND created_at >= to_timestamp({t_before_thaw})")
     rejected = wait_for("late writes from the thawed node rejected and audited", late_rejections, 180,
@@ -448,7 +447,7 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
         "SELECT job_id, event FROM tenure.job_events"
         f" WHERE job_id IN {sql_list(ids)} AND worker_id IN {sql_list(sorted(frozen_workers))}"
         f" AND created_at > to_timestamp({t_freeze})"
-        f" AND event NOT IN {REJECTED_WRITES}")
+        f" AND event NOT IN {sql_list(REJECTED_WRITE_EVENTS)}")
     assert not accepted_late, f"late writes from the frozen node were accepted: {accepted_late}"
     done = c.sql(f"SELECT job_id, worker_id FROM tenure.job_events WHERE event = 'completed'"
                  f" AND job_id IN {sql_list(ids)}")

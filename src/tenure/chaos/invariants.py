@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tenure.core.repository import REJECTED_WRITE_EVENTS
+
 Row = dict[str, Any]
 
 INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "guarded_body_once_across_restart", "single_completion",
@@ -322,10 +324,8 @@ def check_all(*, jobs: Sequence[Row], reaps: Sequence[Row], faults: Sequence[Row
         "kill_during_ack_outcomes": {
             "ack_committed_first": sum(1 for f in during_ack if str(f["lock_token"]) in completed_tokens),
             "killed_first": sum(1 for f in during_ack if str(f["lock_token"]) not in completed_tokens)},
-        "stale_writes_rejected": {k: events.get(k, 0) for k in
-                                  ("stale_completion_rejected", "stale_write_rejected", "heartbeat_lost")},
-        "stale_writes_rejected_total": sum(events.get(k, 0) for k in
-                                           ("stale_completion_rejected", "stale_write_rejected", "heartbeat_lost")),
+        "stale_writes_rejected": {k: events.get(k, 0) for k in REJECTED_WRITE_EVENTS},
+        "stale_writes_rejected_total": sum(events.get(k, 0) for k in REJECTED_WRITE_EVENTS),
         "events": dict(sorted(events.items())),
         "restart_in_gap_fired": kinds.get("restart_in_gap", 0),
         "guarded_body_reruns_by_planned_fault": dict(sorted(Counter(

@@ -74,6 +74,9 @@ PRIORITY_DEFAULT = 0
 """Job priority: an integer in [PRIORITY_MIN, PRIORITY_MAX]; higher runs first."""
 PRIORITY_AGING_DEFAULT = 300.0
 """Seconds a job may wait ready before it is claimed ahead of every priority (starvation bound)."""
+REJECTED_WRITE_EVENTS = ("stale_completion_rejected", "stale_write_rejected", "heartbeat_lost")
+"""The ``job_events`` events of writes the token CAS refused: a late completion, any other late
+write (with its ``operation``), a heartbeat of a lease already lost."""
 STATS_STALE_MIN_ROWS = 1000
 """Rows changed since the jobs table's last analyze before a starting worker refreshes its statistics."""
 STATS_STALE_FRACTION = 0.2
