@@ -5,11 +5,14 @@ them it reads the first ``limit`` rows of jobs_ready_priority_idx (docs/performa
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from prometheus_client import CollectorRegistry
 
 from tenure import App, JobContext
-from tenure.core.db import Connection
+from tenure.core.db import Connection, connect
 from tenure.core.repository import JobSpec, Repository
 from tenure.worker.runtime import Worker, WorkerConfig
 
@@ -65,4 +68,28 @@ def test_a_starting_worker_refreshes_them(dsn: str, conn: Connection, repo: Repo
     worker = Worker(app, WorkerConfig(concurrency=8, poll_interval=0.05, burst=True), dsn=dsn, schema=schema,
                     registry=CollectorRegistry())
     assert worker.run() == 2000
+    assert _last_analyze(conn, schema) is not None
+
+
+def test_workers_starting_together_analyze_once(dsn: str, conn: Connection, repo: Repository,
+                                                schema: str) -> None:
+    """The second starter waits behind the first one's analysis, looks again and skips its own."""
+    repo.enqueue_many([JobSpec("t", {}) for _ in range(3000)])
+    _flush_stats(conn)
+    results: list[bool] = []
+    with connect(dsn) as first, connect(dsn) as second:
+        with first.transaction():
+            Repository(first, schema)._rows("job_table_analyze_lock", {"schema": schema})
+            second_pid = second.info.backend_pid
+            waiter = threading.Thread(
+                target=lambda: results.append(Repository(second, schema).refresh_stale_claim_statistics()))
+            waiter.start()
+            deadline = time.monotonic() + 5
+            while not conn.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted "
+                                   "AND locktype = 'advisory') AS w", (second_pid,)).fetchone()["w"]:
+                assert time.monotonic() < deadline, "the second starter never waited for the first"
+                time.sleep(0.005)
+            Repository(first, schema)._rows("job_table_analyze")
+        waiter.join(timeout=5)
+    assert results == [False], "statistics fresh behind the lock: not analyzed a second time"
     assert _last_analyze(conn, schema) is not None

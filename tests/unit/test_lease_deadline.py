@@ -89,3 +89,20 @@ def test_heartbeat_signals_an_overdue_lease_without_asking_the_database() -> Non
     assert beat.run_once() == 1
     assert len(lost) == 1 and "deadline" in lost[0][0] and lost[0][1] is True, "a local judgement"
     assert ctx.lease_deadline < time.monotonic(), "the database's renewal of a lease given up is not trusted"
+
+
+def test_contexts_from_the_maker_equal_constructed_ones_and_share_no_per_attempt_state() -> None:
+    hooks: dict[str, Any] = {"worker_id": "w", "lease_seconds": 30.0, "_repo": lambda **_: None,
+                             "_on_stale": lambda *_: None, "_heartbeat_now": lambda: None}
+    job = _ctx(lease=30).job
+    make = JobContext.maker(**hooks)
+    now = time.monotonic()
+    built, made, other = JobContext(job=job, claimed_at=now, **hooks), make(job, now), make(job, now)
+    per_attempt = ("lease_lost", "_on_lost")
+    assert {k: v for k, v in vars(made).items() if k not in per_attempt} == \
+        {k: v for k, v in vars(built).items() if k not in per_attempt}
+    assert made.lease_deadline == now + 30.0
+    assert made.lease_lost is not other.lease_lost and made._on_lost is not other._on_lost
+    made.signal_lease_lost("lost")
+    assert made.lease_lost.is_set() and not other.lease_lost.is_set()
+    assert made.lease_lost._ctx is made

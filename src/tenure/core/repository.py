@@ -274,13 +274,21 @@ class Repository:
         instead of reading the first ``limit`` of jobs_ready_priority_idx in order: 4.7 ms
         against 1 ms per claim of 100 at a 20k backlog (docs/performance.md). Called once when
         a worker starts, which is when a backlog meets new workers (a scale-up from zero).
-        Limits: waits at most 200 ms for a vacuum or analyze already running, then gives up;
-        a role that may not analyze the table gets PostgreSQL's warning, nothing else."""
-        row = self._one("job_table_stats_stale", {"min_rows": min_rows, "fraction": fraction})
+        Workers starting together analyze once: they serialise on an advisory lock and look
+        again behind it, so the others find fresh statistics (two 40k-row analyses cost 2 ×
+        170 ms of database CPU at once). Limits: waits at most 200 ms for another worker's
+        analysis or a vacuum already running, then gives up; a role that may not analyze the
+        table gets PostgreSQL's warning, nothing else."""
+        params = {"min_rows": min_rows, "fraction": fraction}
+        row = self._one("job_table_stats_stale", params)
         if not row or not row["stale"]:
             return False
         try:
             with self.conn.transaction():
+                self._rows("job_table_analyze_lock", {"schema": self.schema})
+                row = self._one("job_table_stats_stale", params)
+                if not row or not row["stale"]:
+                    return False
                 self._rows("job_table_analyze")
         except psycopg.errors.LockNotAvailable:
             return False

@@ -24,7 +24,7 @@ from tenure.core.errors import first_line
 from tenure.core.redaction import Redaction
 from tenure.core.repository import Repository
 from tenure.core.service import ServiceConnection
-from tenure.worker.metrics import WorkerMetrics
+from tenure.worker.metrics import WorkerMetrics, observe_many
 from tenure.worker.outcomes import Outcome
 from tenure.worker.slots import Slots
 
@@ -50,11 +50,15 @@ class Acker:
     """Owns the outcome queue and the thread that drains it."""
 
     def __init__(self, *, dsn: str, schema: str, worker_id: str, slots: Slots, metrics: WorkerMetrics,
-                 completed: Callable[[tuple[str, str]], Any], redaction: Redaction = Redaction()) -> None:
+                 completed: Callable[[tuple[str, str]], Any],
+                 runtime: Callable[[tuple[str, str]], Any] | None = None,
+                 redaction: Redaction = Redaction()) -> None:
         self.schema, self.worker_id = schema, worker_id
         self.slots, self.metrics, self.redaction = slots, metrics, redaction
         self._completed = completed
         """The completed-jobs counter child of a (queue, task), cached by the runtime."""
+        self._runtime = runtime or (lambda labels: metrics.runtime.labels(*labels))
+        """The runtime histogram child of a (queue, task): handler times are observed here, per batch."""
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._conn = ServiceConnection(dsn, f"tenure-ack:{worker_id}", log=log, retry_after_stop=True)
         self._thread: threading.Thread | None = None
@@ -76,6 +80,7 @@ class Acker:
         stop = False
         while not stop:
             batch, stop = self._next_batch()
+            self._observe_runtimes(batch)
             while batch:
                 try:
                     batch = self.write(Repository(self._conn.get(), self.schema), batch)
@@ -88,6 +93,17 @@ class Acker:
                     self._conn.reset()
                     threading.Event().wait(RETRY_PAUSE_DEFAULT)
         self._conn.close()
+
+    def _observe_runtimes(self, batch: list[Outcome]) -> None:
+        """The handlers' wall times, one histogram update per (queue, task) of the batch; each
+        outcome's once (one queued again after an interrupted write is not counted twice)."""
+        by_labels: dict[tuple[str, str], list[float]] = {}
+        for o in batch:
+            if o.runtime is not None:
+                by_labels.setdefault((o.ctx.job.queue, o.ctx.job.task), []).append(o.runtime)
+                o.runtime = None
+        for labels, seconds in by_labels.items():
+            observe_many(self._runtime(labels), seconds)
 
     def _next_batch(self) -> tuple[list[Outcome], bool]:
         first = self._queue.get()

@@ -16,6 +16,7 @@ with the attempt's token, and the handler is told (an async one is cancelled).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import random
@@ -35,7 +36,7 @@ from tenure.worker import outcomes
 from tenure.worker.acker import Acker
 from tenure.worker.app import App, Task
 from tenure.worker.context import JobContext
-from tenure.worker.metrics import WorkerMetrics
+from tenure.worker.metrics import WorkerMetrics, observe_many
 from tenure.worker.outcomes import Outcome
 from tenure.worker.slots import Slots
 from tenure.worker.timeouts import Deadlines
@@ -62,7 +63,6 @@ class _TaskMetrics:
     completed: Any
     wait: Any
     attempts: Any
-    in_flight: Any
     claim_to_start: Any
     runtime: Any
 
@@ -77,16 +77,21 @@ class Executor:
         self.metrics, self.retry, self.redaction = metrics, retry, redaction
         self._heartbeat_now, self._on_done = heartbeat_now, on_done
         self._task_metrics: dict[tuple[str, str], _TaskMetrics] = {}
-        self.slots = Slots(concurrency, on_in_flight=lambda ctx, d: self._tm((ctx.job.queue, ctx.job.task)).in_flight.inc(d),
-                           on_idle=on_done)
+        self.slots = Slots(concurrency, on_idle=on_done)
         self.acker = Acker(dsn=dsn, schema=schema, worker_id=worker_id, slots=self.slots, metrics=metrics,
-                           completed=lambda labels: self._tm(labels).completed, redaction=redaction)
+                           completed=lambda labels: self._tm(labels).completed,
+                           runtime=lambda labels: self._tm(labels).runtime, redaction=redaction)
         self._pool = ThreadPoolExecutor(max_workers=concurrency * 2 + 1, thread_name_prefix="tenure-job")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._handler_conns: queue.SimpleQueue[Connection] = queue.SimpleQueue()
         self._rng = random.Random()
         self._deadlines = Deadlines(self._timed_out)
+        self._context = JobContext.maker(worker_id=worker_id, lease_seconds=lease, _repo=self._borrow_repo,
+                                         _on_stale=self._count_stale, _heartbeat_now=heartbeat_now,
+                                         _on_lease_lost=self._count_lease_lost,
+                                         _dedup_hook=self._count_effect_dedup,
+                                         _effect_hook=self.slots.effect_changed)
         if any(t.is_async for t in app.tasks.values()):
             self._start_async_loop()
 
@@ -115,17 +120,19 @@ class Executor:
         go to the pool and async ones start with one cross-thread call (:meth:`_spawn_async`)."""
         if not claimed:
             return
-        ctxs = [self._context(job) for job in claimed]
+        claimed_at, context = time.monotonic(), self._context
+        ctxs = [context(job, claimed_at) for job in claimed]
         self.slots.take_many(ctxs)
-        counts: dict[tuple[str, str], int] = {}
+        by_labels: dict[tuple[str, str], list[ClaimedJob]] = {}
         spawn: list[tuple[Task, JobContext]] = []
         for ctx in ctxs:
             job = ctx.job
             labels = (job.queue, job.task)
-            counts[labels] = counts.get(labels, 0) + 1
-            tm = self._tm(labels)
-            tm.wait.observe(job.wait_seconds)
-            tm.attempts.observe(job.attempt)
+            jobs = by_labels.get(labels)
+            if jobs is None:
+                by_labels[labels] = [job]
+            else:
+                jobs.append(job)
             task = self.app.get(job.task)
             if task is not None and task.timeout is not None:
                 self._deadlines.add(ctx, task.timeout)
@@ -133,19 +140,13 @@ class Executor:
                 spawn.append((task, ctx))
             else:
                 self.slots.attach(ctx, self._pool.submit(self._run_sync, task, ctx))
-        for labels, n in counts.items():
-            self._tm(labels).claimed.inc(n)
+        for labels, jobs in by_labels.items():  # one locked update per series of the batch
+            tm = self._tm(labels)
+            tm.claimed.inc(len(jobs))
+            observe_many(tm.wait, [j.wait_seconds for j in jobs])
+            observe_many(tm.attempts, [j.attempt for j in jobs])
         if spawn:
             self._spawn_async(spawn)
-
-    def _context(self, job: ClaimedJob) -> JobContext:
-        ctx = JobContext(job=job, worker_id=self.worker_id, lease_seconds=self.lease,
-                         _repo=self._borrow_repo, _on_stale=self._count_stale,
-                         _heartbeat_now=self._heartbeat_now, _on_lease_lost=self._count_lease_lost)
-        labels = (job.queue, job.task)
-        ctx._dedup_hook = lambda hit: self._count_dedup(labels, "effect", hit)
-        ctx._effect_hook = self.slots.effect_changed
-        return ctx
 
     def _spawn_async(self, batch: list[tuple[Task, JobContext]]) -> None:
         loop = self._loop
@@ -155,10 +156,7 @@ class Executor:
             for task, ctx in batch:
                 handle = loop.create_task(self._run_async(task, ctx))
 
-                def cancel(handle: asyncio.Task[None] = handle) -> None:
-                    loop.call_soon_threadsafe(handle.cancel)
-
-                ctx._on_lost.append(cancel)
+                ctx._on_lost.append(functools.partial(loop.call_soon_threadsafe, handle.cancel))
                 if ctx.lease_lost.is_set():
                     handle.cancel()
 
@@ -169,9 +167,11 @@ class Executor:
         if tm is None:
             m = self.metrics
             m.prime_task(*labels)
+            # In flight: read from the slots when scraped, not counted up and down per job.
+            m.in_flight.labels(*labels).set_function(functools.partial(self.slots.held_count, *labels))
             tm = _TaskMetrics(m.claimed.labels(*labels), m.completed.labels(*labels), m.wait.labels(*labels),
-                              m.attempts.labels(*labels), m.in_flight.labels(*labels),
-                              m.claim_to_start.labels(*labels), m.runtime.labels(*labels))
+                              m.attempts.labels(*labels), m.claim_to_start.labels(*labels),
+                              m.runtime.labels(*labels))
             self._task_metrics[labels] = tm
         return tm
 
@@ -211,7 +211,7 @@ class Executor:
         return outcome
 
     def _finish(self, ctx: JobContext, outcome: Outcome, started: float) -> None:
-        self._tm((ctx.job.queue, ctx.job.task)).runtime.observe(time.monotonic() - started)
+        outcome.runtime = time.monotonic() - started  # observed by the acker, a batch at a time
         self.slots.finish(ctx)
         self.acker.put(outcome)
         self._on_done()
@@ -243,10 +243,11 @@ class Executor:
     def _count_stale(self, ctx: JobContext, operation: str) -> None:
         self.metrics.stale_writes.labels(ctx.job.queue, ctx.job.task, operation).inc()
 
-    def _count_dedup(self, labels: tuple[str, str], source: str, hit: bool) -> None:
-        self.metrics.dedup_checks.labels(*labels, source).inc()
+    def _count_effect_dedup(self, ctx: JobContext, hit: bool) -> None:
+        labels = (ctx.job.queue, ctx.job.task, "effect")
+        self.metrics.dedup_checks.labels(*labels).inc()
         if hit:
-            self.metrics.dedup_hits.labels(*labels, source).inc()
+            self.metrics.dedup_hits.labels(*labels).inc()
 
     def _borrow_repo(self, fresh: bool = False) -> _Borrowed:
         return _Borrowed(self, fresh)

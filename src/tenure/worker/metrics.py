@@ -5,6 +5,10 @@ Labels are bounded: queue, task and small enums. No job or worker ids.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Sequence
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 STALE_WRITE_OPERATIONS = ("complete", "retry", "dead_letter", "release", "checkpoint", "heartbeat", "effect_succeed")
@@ -82,3 +86,30 @@ class WorkerMetrics:
             self.stale_writes.labels(queue, task, operation)
         self.dedup_checks.labels(queue, task, "effect")
         self.dedup_hits.labels(queue, task, "effect")
+
+
+def observe_many(child: Any, values: Sequence[float]) -> None:
+    """``child.observe(v)`` for each value, with one locked increment of the sum and one per
+    bucket touched instead of two per value: a claim batch's wait times, a completion batch's
+    runtimes (four observations per no-op job were a tenth of its worker CPU).
+
+    Limits: reads prometheus_client's histogram child internals (``_upper_bounds``,
+    ``_buckets``, ``_sum``, unchanged since 0.4); a child without them, or one of several
+    processes sharing files (multiprocess mode), is observed value by value."""
+    if not values:
+        return
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for v in values:
+            child.observe(v)
+        return
+    counts = [0] * len(bounds)
+    last = len(bounds) - 1
+    for v in values:
+        counts[min(bisect_left(bounds, v), last)] += 1  # first bound >= v, as observe(); +Inf last
+    total.inc(sum(values))
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)

@@ -35,6 +35,9 @@ class Outcome:
     reason: str = ""
     failure_code: str = ""
     """The classified failure's code, when the handler failed (for the failure counter)."""
+    runtime: float | None = None
+    """The handler's wall time in seconds, for the runtime histogram (None: no handler ran to its
+    end here, e.g. a job handed back by the drain)."""
 
 
 def preflight(task: Task | None, ctx: JobContext) -> Outcome | None:

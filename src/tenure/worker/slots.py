@@ -32,16 +32,16 @@ class Snapshot:
 class Slots:
     """Held jobs and everything tied to them, with one lock and one condition (idle/acked)."""
 
-    def __init__(self, capacity: int, on_in_flight: Callable[[JobContext, int], None] | None = None,
-                 on_idle: Callable[[], None] | None = None) -> None:
+    def __init__(self, capacity: int, on_idle: Callable[[], None] | None = None) -> None:
         self.capacity = capacity
-        self._on_in_flight = on_in_flight or (lambda ctx, delta: None)
         self._on_idle = on_idle or (lambda: None)
         """Called (lock held: it must not block) when the last outstanding outcome is written
         and no job runs: a burst worker may exit now."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._held: dict[int, JobContext] = {}
+        self._held_by_task: dict[tuple[str, str], int] = {}
+        """How many of ``_held`` per (queue, task): the in-flight gauge reads it when scraped."""
         self._futures: dict[int, Future[Any]] = {}
         self._abandoned: set[int] = set()
         self._effects: dict[uuid.UUID, JobContext] = {}
@@ -56,6 +56,10 @@ class Slots:
     @property
     def abandoned(self) -> int:
         return len(self._abandoned)
+
+    def held_count(self, queue: str, task: str) -> int:
+        """Jobs of this queue and task held now (a gauge's value; no lock: one dict read)."""
+        return self._held_by_task.get((queue, task), 0)
 
     def free(self) -> int:
         with self._lock:
@@ -79,17 +83,14 @@ class Slots:
         self.take_many([ctx])
 
     def take_many(self, ctxs: list[JobContext]) -> None:
-        """Hold a claim batch (one lock; the in-flight hook once per queue and task)."""
+        """Hold a claim batch (one lock)."""
         with self._lock:
+            by_task = self._held_by_task
             for ctx in ctxs:
-                self._held[ctx.job.id] = ctx
-        first: dict[tuple[str, str], tuple[JobContext, int]] = {}
-        for ctx in ctxs:
-            key = (ctx.job.queue, ctx.job.task)
-            seen = first.get(key)
-            first[key] = (ctx, 1) if seen is None else (seen[0], seen[1] + 1)
-        for ctx, n in first.values():
-            self._on_in_flight(ctx, n)
+                job = ctx.job
+                self._held[job.id] = ctx
+                key = (job.queue, job.task)
+                by_task[key] = by_task.get(key, 0) + 1
 
     def attach(self, ctx: JobContext, future: Future[Any]) -> None:
         with self._lock:
@@ -125,8 +126,9 @@ class Slots:
         """The one place a slot is freed (caller holds the lock)."""
         if self._held.get(ctx.job.id) is not ctx:
             return False
-        del self._held[ctx.job.id]
-        self._on_in_flight(ctx, -1)
+        job = ctx.job
+        del self._held[job.id]
+        self._held_by_task[job.queue, job.task] -= 1
         return True
 
     # -- effects --------------------------------------------------------------------------------

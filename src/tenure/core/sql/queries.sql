@@ -454,9 +454,14 @@ FROM pg_class c
 LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid = '{schema}.jobs'::regclass;
 
+-- name: job_table_analyze_lock
+-- Serialise starting workers' analyses of one schema's jobs table (waiting at most 200 ms, this transaction only), and forget the statistics snapshot read before the wait.
+WITH timeout AS MATERIALIZED (SELECT set_config('lock_timeout', '200ms', true))
+SELECT pg_advisory_xact_lock(hashtext('tenure-analyze:' || %(schema)s)), pg_stat_clear_snapshot() FROM timeout;
+
 -- name: job_table_analyze
--- Refresh the jobs table's planner statistics, waiting at most 200 ms for a vacuum or analyze already running (in a transaction).
-SET LOCAL lock_timeout = '200ms'; ANALYZE {schema}.jobs;
+-- Refresh the jobs table's planner statistics, waiting at most 200 ms for a vacuum or analyze already running (after job_table_analyze_lock, in its transaction).
+ANALYZE {schema}.jobs;
 
 -- name: worker_register
 -- Add this process to the worker registry (R9).
