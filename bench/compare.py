@@ -43,7 +43,7 @@ from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 POLL = 0.02
-QUICK_BACKLOG = 10_000
+QUICK_BACKLOG = 40_000
 FULL_BACKLOG = 40_000
 
 
@@ -191,7 +191,21 @@ def remaining_sql(system: str) -> str:
 def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
             base_src: Path | None = None) -> CompareResult:
     dsn = prepare(server, c.system, n)
-    probe = psycopg.connect(dsn, autocommit=True)
+    # The probe's count scans the whole table at a large backlog (5-15 ms per poll at 200k, as a
+    # parallel scan with two more processes): one process only, and its CPU is taken out of the
+    # database's figure below, so that figure is the contender's own.
+    probe = psycopg.connect(dsn, autocommit=True, options="-c max_parallel_workers_per_gather=0")
+    probe_row = probe.execute("SELECT pg_backend_pid()").fetchone()
+    assert probe_row is not None
+    probe_backend = psutil.Process(int(probe_row[0]))
+
+    def contender_db_cpu() -> float:
+        try:
+            t = probe_backend.cpu_times()
+            probe_cpu = t.user + t.system
+        except psutil.Error:
+            probe_cpu = 0.0
+        return db_cpu(server.postmaster_pid) - probe_cpu
     sql = remaining_sql(c.system)
     path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     if c.base:
@@ -212,7 +226,7 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
     else:
         cmds = [[a.replace("{dsn}", dsn) for a in c.argv] for _ in range(c.processes)]
     logs = tempfile.TemporaryDirectory(prefix="bench-cmp-")
-    db0 = db_cpu(server.postmaster_pid)
+    db0 = contender_db_cpu()
     t0 = time.monotonic()
     procs = []
     for i, cmd in enumerate(cmds):
@@ -248,7 +262,7 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
                 first_done = now
             for name, frac in (("p10", 0.1), ("p90", 0.9)):
                 if name not in marks and done >= frac * n:
-                    marks[name] = (now, done, worker_cpu_live(), db_cpu(server.postmaster_pid))
+                    marks[name] = (now, done, worker_cpu_live(), contender_db_cpu())
             if done >= n and last_done is None:
                 last_done = now
                 if c.stop_when_done and not stopped:
@@ -259,7 +273,7 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
                 break
             if now - t0 > timeout:
                 raise RuntimeError(f"{c.key}: not finished after {timeout:.0f}s ({done:,}/{n:,} done)")
-            # The probe costs the server ~1 ms per poll: poll less often as a run gets longer, so
+            # The probe costs the server 1-15 ms per poll: poll less often as a run gets longer, so
             # a slow contender does not pay more probe CPU per job (0.5 % of the elapsed time).
             time.sleep(max(POLL, 0.005 * (now - t0)))
     finally:
@@ -271,9 +285,9 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
                     pass
         for w in waiters:
             w.join(timeout=10)
+        db1 = contender_db_cpu()  # while the probe's backend is still there to be taken out
         probe.close()
     t_end = max(w.ended or time.monotonic() for w in waiters)
-    db1 = db_cpu(server.postmaster_pid)
     bad = [w.status for w in waiters if w.status not in (0, -15)]
     if bad or done < n:
         text = "".join((Path(logs.name) / f"p{i}.log").read_text(errors="replace")[-600:] for i in range(len(cmds)))

@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="cap on one drain window; slower systems are measured over what they finish")
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--backlog", type=int, default=0,
-                        help="compare: jobs per run (default 40,000; 10,000 with --quick)")
+                        help="compare: jobs per run (default 40,000, also with --quick: fewer give under a second of steady state)")
     parser.add_argument("--contender", dest="contenders", action="append", choices=sorted(CONTENDERS),
                         help="compare: contenders to run (repeatable; default: tenure, pgqueuer, their "
                              "out-of-the-box configurations and the SQL floor)")
