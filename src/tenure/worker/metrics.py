@@ -94,8 +94,8 @@ def observe_many(child: Any, values: Sequence[float]) -> None:
     runtimes (four observations per no-op job were a tenth of its worker CPU).
 
     Limits: reads prometheus_client's histogram child internals (``_upper_bounds``,
-    ``_buckets``, ``_sum``, unchanged since 0.4); a child without them, or one of several
-    processes sharing files (multiprocess mode), is observed value by value."""
+    ``_buckets``, ``_sum``, unchanged since 0.4); a child without them is observed value by
+    value. No exemplars. A NaN lands in the first bucket (``observe`` counts it in none)."""
     if not values:
         return
     bounds = getattr(child, "_upper_bounds", None)
