@@ -106,3 +106,23 @@ def test_contexts_from_the_maker_equal_constructed_ones_and_share_no_per_attempt
     made.signal_lease_lost("lost")
     assert made.lease_lost.is_set() and not other.lease_lost.is_set()
     assert made.lease_lost._ctx is made
+
+
+def test_held_count_is_what_the_slots_hold_per_queue_and_task() -> None:
+    """The in-flight gauge's value: counted from the held jobs, so a lost slot or a job taken
+    again under the same id cannot leave it off by one."""
+    from dataclasses import replace
+    slots = Slots(4)
+    a, b = _ctx(lease=30), _ctx(lease=30)
+    b.job = replace(b.job, id=2)
+    c = _ctx(lease=30)
+    c.job = replace(c.job, id=3, task="other")
+    slots.take_many([a, b, c])
+    assert (slots.held_count("q", "t"), slots.held_count("q", "other"), slots.held_count("x", "t")) == (2, 1, 0)
+    again = _ctx(lease=30)  # the same job claimed again while its old attempt is still held
+    slots.take(again)
+    assert slots.held_count("q", "t") == 2
+    assert slots.lose(a, is_async=True) is False, "replaced: no longer held"
+    slots.finish(again)
+    slots.finish(b)
+    assert slots.held_count("q", "t") == 0 and slots.held_count("q", "other") == 1

@@ -75,7 +75,7 @@ class Executor:
                  heartbeat_now: Callable[[], None], on_done: Callable[[], None]) -> None:
         self.app, self.dsn, self.schema, self.worker_id, self.lease = app, dsn, schema, worker_id, lease
         self.metrics, self.retry, self.redaction = metrics, retry, redaction
-        self._heartbeat_now, self._on_done = heartbeat_now, on_done
+        self._on_done = on_done
         self._task_metrics: dict[tuple[str, str], _TaskMetrics] = {}
         self.slots = Slots(concurrency, on_idle=on_done)
         self.acker = Acker(dsn=dsn, schema=schema, worker_id=worker_id, slots=self.slots, metrics=metrics,

@@ -40,8 +40,6 @@ class Slots:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._held: dict[int, JobContext] = {}
-        self._held_by_task: dict[tuple[str, str], int] = {}
-        """How many of ``_held`` per (queue, task): the in-flight gauge reads it when scraped."""
         self._futures: dict[int, Future[Any]] = {}
         self._abandoned: set[int] = set()
         self._effects: dict[uuid.UUID, JobContext] = {}
@@ -58,8 +56,10 @@ class Slots:
         return len(self._abandoned)
 
     def held_count(self, queue: str, task: str) -> int:
-        """Jobs of this queue and task held now (a gauge's value; no lock: one dict read)."""
-        return self._held_by_task.get((queue, task), 0)
+        """Jobs of this queue and task held now: the in-flight gauge's value, counted when
+        scraped (a walk of at most ``capacity`` jobs) rather than kept up to date per job."""
+        with self._lock:
+            return sum(1 for ctx in self._held.values() if ctx.job.queue == queue and ctx.job.task == task)
 
     def free(self) -> int:
         with self._lock:
@@ -85,12 +85,8 @@ class Slots:
     def take_many(self, ctxs: list[JobContext]) -> None:
         """Hold a claim batch (one lock)."""
         with self._lock:
-            by_task = self._held_by_task
             for ctx in ctxs:
-                job = ctx.job
-                self._held[job.id] = ctx
-                key = (job.queue, job.task)
-                by_task[key] = by_task.get(key, 0) + 1
+                self._held[ctx.job.id] = ctx
 
     def attach(self, ctx: JobContext, future: Future[Any]) -> None:
         with self._lock:
@@ -126,9 +122,7 @@ class Slots:
         """The one place a slot is freed (caller holds the lock)."""
         if self._held.get(ctx.job.id) is not ctx:
             return False
-        job = ctx.job
-        del self._held[job.id]
-        self._held_by_task[job.queue, job.task] -= 1
+        del self._held[ctx.job.id]
         return True
 
     # -- effects --------------------------------------------------------------------------------
