@@ -22,13 +22,12 @@ import psycopg
 from tenure.core.db import connect
 from tenure.core.repository import JobSpec, Repository
 
-REMAINING = "SELECT count(*) FROM tenure.jobs WHERE status <> 'completed'"
 ANALYZED = ("SELECT coalesce(last_analyze, last_autoanalyze) IS NOT NULL FROM pg_stat_user_tables "
             "WHERE relid = 'tenure.jobs'::regclass")
 
 
 def one_run(server: object, jobs: int) -> tuple[float, bool]:
-    from bench.compare import ROOT
+    from bench.compare import ROOT, remaining_sql
     from bench.systems import install
     dsn: str = server.fresh_db("bench_burst_running")  # type: ignore[attr-defined]
     install("tenure", dsn)
@@ -41,7 +40,7 @@ def one_run(server: object, jobs: int) -> tuple[float, bool]:
             Repository(conn, "tenure").enqueue_many([JobSpec("noop", {})] * jobs)
         enqueued = time.monotonic()
         with psycopg.connect(dsn, autocommit=True) as probe:
-            while (row := probe.execute(REMAINING).fetchone()) is not None and row[0] > 0:
+            while (row := probe.execute(remaining_sql("tenure")).fetchone()) is not None and row[0] > 0:
                 time.sleep(0.05)
             drained = time.monotonic() - enqueued
             analyzed = bool((probe.execute(ANALYZED).fetchone() or (False,))[0])

@@ -23,13 +23,11 @@ from tenure.core.db import connect
 
 WINDOW_SECONDS = 10.0
 POLL_SECONDS = 2.0
-REMAINING = ("SELECT (SELECT count(*) FROM tenure.jobs WHERE status = 'pending') "
-             "+ (SELECT count(*) FROM tenure.jobs WHERE status = 'running')")
 VACUUMS = "SELECT autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relid = 'tenure.jobs'::regclass"
 
 
 def drain(server: object, jobs: int, naptime: int) -> None:
-    from bench.compare import ROOT, prepare
+    from bench.compare import ROOT, prepare, remaining_sql
     admin_dsn: str = server.fresh_db("bench_sustained_admin")  # type: ignore[attr-defined]
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(f"ALTER SYSTEM SET autovacuum_naptime = '{int(naptime)}s'")
@@ -53,7 +51,7 @@ def drain(server: object, jobs: int, naptime: int) -> None:
                 if now < next_sample:
                     continue
                 next_sample = now + POLL_SECONDS
-                row = probe.execute(REMAINING).fetchone()
+                row = probe.execute(remaining_sql("tenure")).fetchone()
                 done = jobs - (int(row[0]) if row else 0)
                 if now - window_start >= WINDOW_SECONDS:
                     windows.append((done - done_at_start) / (now - window_start))
