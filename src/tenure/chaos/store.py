@@ -1,6 +1,6 @@
 """The chaos harness's one SQL-running module: named queries from ``chaos.sql``.
 
-A documented exception to "only core/repository.py runs SQL": the harness and its task keep
+A documented exception to "only core/repository runs SQL": the harness and its task keep
 their own tables (effects, faults, lease samples) in the run's schema, and this module is the
 only place outside the repository that executes SQL, always named queries from a ``.sql`` file
 loaded with :func:`tenure.core.queries.parse_named_queries`. Nothing here touches tenure's own

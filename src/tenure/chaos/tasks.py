@@ -279,7 +279,7 @@ def _complete_many_then_die(self: Repository, worker_id: str,
     return accepted
 
 
-Repository.complete_many = _complete_many_then_die  # type: ignore[method-assign]
+Repository.complete_many = _complete_many_then_die  # type: ignore[method-assign,assignment]
 
 
 def _validate_n(payload: Any) -> None:

@@ -1,0 +1,69 @@
+"""The repository: the only package that runs SQL (house style 1).
+
+Every method executes one named query from ``sql/queries.sql`` on the connection it was given.
+With an autocommit connection each call is its own transaction; :meth:`Repository.enqueue`
+also works inside a caller's open transaction (transactional outbox, R17). Every write that
+changes a claimed job is a compare-and-set on ``(id, status='running', locked_by, lock_token)``;
+a rejected stale write is recorded in ``job_events`` and never changes the row (R2).
+No caching and no retries here: callers decide how to react to errors.
+
+One module per area, each a mixin over :class:`~tenure.core.repository.base.RepositoryBase`;
+:class:`Repository` is all of them on one connection and schema:
+
+- ``specs``: what an enqueue is made of (JobSpec, payload encoding, priorities); no SQL;
+- ``schema``: migrations, the version check, claim statistics;
+- ``enqueue``: one job or a batch;
+- ``lease``: claim, heartbeat and the fenced writes of an attempt (R1-R5);
+- ``reaping``: the reaper's candidates, CAS and cycle counter (R7);
+- ``reads``: a job, its events, listings, queue figures, the doctor's views;
+- ``registry``: workers (R9); ``executions``: the execution store (R14);
+- ``dlq``: dead letters and retention (R12); ``control``: cancel, retry, pause, limits;
+- ``periodic``: periodic schedules.
+"""
+
+from __future__ import annotations
+
+from tenure.core.repository.control import ControlQueries
+from tenure.core.repository.dlq import DeadLetterQueries
+from tenure.core.repository.enqueue import EnqueueQueries
+from tenure.core.repository.executions import ExecutionQueries
+from tenure.core.repository.lease import (
+    PRIORITY_AGING_DEFAULT,
+    REJECTED_WRITE_EVENTS,
+    ClaimedJob,
+    HeartbeatOutcome,
+    LeaseQueries,
+)
+from tenure.core.repository.periodic import PeriodicQueries
+from tenure.core.repository.reads import ReadQueries
+from tenure.core.repository.reaping import ReapCandidate, ReapDecision, Reaped, ReaperQueries
+from tenure.core.repository.registry import RegistryQueries
+from tenure.core.repository.schema import STATS_STALE_FRACTION, STATS_STALE_MIN_ROWS, SchemaQueries
+from tenure.core.repository.specs import (
+    DELAY_MAX_SECONDS,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_PAYLOAD_BYTES_DEFAULT,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    EnqueueResult,
+    JobSpec,
+    Row,
+    check_priority,
+    encode_payload,
+    iter_batches,
+    max_payload_bytes,
+)
+
+__all__ = [
+    "DELAY_MAX_SECONDS", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
+    "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "REJECTED_WRITE_EVENTS", "STATS_STALE_FRACTION",
+    "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "HeartbeatOutcome", "JobSpec", "ReapCandidate",
+    "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
+    "max_payload_bytes",
+]
+
+
+class Repository(SchemaQueries, EnqueueQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
+                 ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries):
+    """Named queries bound to one connection and one schema: every area's queries together."""

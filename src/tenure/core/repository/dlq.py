@@ -1,0 +1,56 @@
+"""The dead-letter queue (R12): list, controlled replay, purge; and retention of finished jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tenure.core.repository.base import RepositoryBase
+from tenure.core.repository.specs import Row
+
+
+class DeadLetterQueries(RepositoryBase):
+    """Dead letters and retention."""
+
+    def dlq_list(self, *, queue: str | None = None, error_code: str | None = None,
+                 limit: int = 100) -> list[Row]:
+        return self._rows("dlq_list", {"queue": queue, "error_code": error_code, "limit": limit})
+
+    def dlq_replay_batch(self, *, ids: Sequence[int] | None, queue: str | None, error_code: str | None,
+                         after_id: int, batch: int, validate: Callable[[Row], str | None],
+                         reason: str, dry_run: bool = False) -> tuple[list[int], list[tuple[int, str]], int]:
+        """Replay one batch in one transaction: ``(replayed ids, [(skipped id, why)], last id seen)``.
+
+        ``validate`` returns None for a valid job or the reason it is invalid (it stays in the DLQ).
+        ``dry_run`` selects and validates the same batch but writes nothing: the ids it returns are
+        the ones a real call would replay and skip.
+        """
+        with self.conn.transaction():
+            rows = self._rows("dlq_select_for_replay", {
+                "ids": list(ids) if ids else None, "queue": queue, "error_code": error_code,
+                "after_id": after_id, "batch": batch})
+            good, skipped = [], []
+            for row in rows:
+                why = validate(row)
+                if why is None:
+                    good.append(int(row["id"]))
+                else:
+                    skipped.append((int(row["id"]), why))
+                    if not dry_run:
+                        self._rows("dlq_mark_invalid", {"id": row["id"], "reason": why})
+            last = max((int(r["id"]) for r in rows), default=after_id)
+            if dry_run:  # the rows are locked and still failed: exactly these would move
+                return good, skipped, last
+            replayed = [int(r["id"]) for r in self._rows(
+                "dlq_replay", {"ids": good, "reason": reason, "channel": self.channel})] if good else []
+            return replayed, skipped, last
+
+    def dlq_purge(self, older_than: float, queue: str | None = None) -> int:
+        return len(self._rows("dlq_purge", {"older_than": float(older_than), "queue": queue}))
+
+    def prune_cancelled(self, older_than: float, batch: int = 10_000) -> int:
+        row = self._one("job_prune_cancelled", {"older_than": float(older_than), "batch": batch})
+        return int(row["deleted"]) if row else 0
+
+    def prune_completed(self, older_than: float, batch: int = 10_000) -> int:
+        row = self._one("job_prune_completed", {"older_than": float(older_than), "batch": batch})
+        return int(row["deleted"]) if row else 0

@@ -1,0 +1,50 @@
+"""Enqueue one job or a batch (R13 deduplication by idempotency key, R17 in the caller's transaction)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tenure.core.errors import JobSpecError
+from tenure.core.repository.base import RepositoryBase
+from tenure.core.repository.specs import PRIORITY_DEFAULT, EnqueueResult, JobSpec, check_text
+
+
+class EnqueueQueries(RepositoryBase):
+    """Insert jobs; every payload is validated before anything is written."""
+
+    def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
+                idempotency_key: str | None = None, delay: float = 0.0, max_attempts: int = 5,
+                payload_version: int = 1, correlation_id: str | None = None,
+                priority: int = PRIORITY_DEFAULT) -> EnqueueResult:
+        """Insert a job (or return the existing one with the same idempotency key).
+        Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything."""
+        text = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority).validate()
+        if isinstance(payload_version, bool) or not isinstance(payload_version, int) or payload_version < 1:
+            raise JobSpecError(f"payload_version must be a whole number >= 1, got {payload_version!r}")
+        if correlation_id is not None:
+            check_text("correlation id", correlation_id, name=False)
+        params = {"queue": queue, "task": task, "payload": text, "priority": priority,
+                  "payload_version": payload_version, "max_attempts": max_attempts,
+                  "delay": float(delay), "idempotency_key": idempotency_key,
+                  "correlation_id": correlation_id, "channel": self.channel}
+        for _ in range(5):
+            row = self._one("job_enqueue", params)
+            if row is not None:
+                return EnqueueResult(int(row["id"]), bool(row["created"]))
+            # A concurrent enqueue with the same key committed after our snapshot: look again.
+        raise RuntimeError(f"enqueue with idempotency key {idempotency_key!r} found neither a new nor an existing job")
+
+    def enqueue_many(self, jobs: Sequence[JobSpec]) -> int:
+        """Insert a batch in one statement; returns how many were new (key duplicates skipped).
+        Every job is validated (:meth:`JobSpec.validate`) before anything is written."""
+        if not jobs:
+            return 0
+        payloads = [j.validate() for j in jobs]
+        row = self._one("job_enqueue_many", {
+            "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
+            "payloads": payloads,
+            "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
+            "idempotency_keys": [j.idempotency_key for j in jobs],
+            "priorities": [j.priority for j in jobs], "channel": self.channel})
+        return int(row["inserted"]) if row else 0

@@ -1,0 +1,209 @@
+"""The lease protocol (R1-R5): claim, heartbeat, and the fenced writes that end or move an attempt.
+
+Every write that changes a claimed job is a compare-and-set on ``(id, status='running', locked_by,
+lock_token)``; a rejected stale write is recorded in ``job_events`` and never changes the row (R2)."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb
+
+from tenure.core.repository.base import RepositoryBase
+from tenure.core.repository.specs import PRIORITY_DEFAULT
+
+PRIORITY_AGING_DEFAULT = 300.0
+"""Seconds a job may wait ready before it is claimed ahead of every priority (starvation bound)."""
+REJECTED_WRITE_EVENTS = ("stale_completion_rejected", "stale_write_rejected", "heartbeat_lost")
+"""The ``job_events`` events of writes the token CAS refused: a late completion, any other late
+write (with its ``operation``), a heartbeat of a lease already lost."""
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job as claimed by one delivery attempt; ``lock_token`` is that attempt's receipt."""
+
+    id: int
+    queue: str
+    task: str
+    payload: Any
+    payload_version: int
+    attempt: int
+    max_attempts: int
+    lock_token: uuid.UUID
+    fence: int
+    idempotency_key: str | None
+    correlation_id: str | None
+    checkpoint_step: str | None
+    checkpoint_data: Any
+    lease_expires_at: datetime
+    wait_seconds: float
+    priority: int = PRIORITY_DEFAULT
+
+
+_CLAIMED_FIELDS = tuple(f.name for f in dataclass_fields(ClaimedJob))
+_CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "attempt_count", "max_attempts",
+                  "lock_token", "fence", "idempotency_key", "correlation_id", "checkpoint_step", "checkpoint_data",
+                  "lease_expires_at", "wait_seconds", "priority")
+"""``job_claim``'s columns, position by position the fields of :class:`ClaimedJob`."""
+
+
+@dataclass(frozen=True)
+class HeartbeatOutcome:
+    id: int
+    outcome: str
+    """``renewed``, ``lost`` (token moved or row gone), ``cancelled`` (token revoked by a cancel)
+    or ``max_lease_reached`` (R4)."""
+    lease_expires_at: datetime | None
+    remaining_seconds: float | None
+    """Seconds of lease left after renewal, by the DB clock (less than the lease when capped)."""
+
+
+class LeaseQueries(RepositoryBase):
+    """Claims and the token-fenced writes of one delivery attempt."""
+
+    def claim(self, worker_id: str, queues: Sequence[str], limit: int, lease: float,
+              aging: float = PRIORITY_AGING_DEFAULT) -> list[ClaimedJob]:
+        """Claim up to ``limit`` jobs: paused queues are skipped, a queue's global ``max_running``
+        caps what is taken, jobs ready longer than ``aging`` seconds go first (oldest first),
+        then priority order.
+
+        Without a limit on any of ``queues`` this is one autocommit statement (one round trip).
+        A limited queue needs two statements in one transaction (sent as one pipeline): the
+        first locks the control rows of the limited queues, so the claim's snapshot sees every
+        committed claim of those queues (a count inside one statement would race). The
+        ungated statement finds out by itself (it then claims nothing and says so); this
+        repository remembers it and claims gated until the gate finds no limit any more, so a
+        worker on a limited queue pays no extra round trip per claim.
+
+        The hot path: rows arrive as tuples in :class:`ClaimedJob`'s field order (checked
+        against the statement's columns on every call) and become jobs without a dict per row
+        or the frozen ``__init__``."""
+        params = {"queues": list(queues), "limit": limit, "lease": float(lease),
+                  "worker_id": worker_id, "aging": float(aging), "gated": False}
+        own_tx = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        rows: list[tuple[Any, ...]] = []
+        if own_tx and not self._claim_gated:
+            with self.conn.cursor(row_factory=tuple_row) as cur:
+                cur.execute(self._q["job_claim"], params)
+                rows = cur.fetchall()
+                self._check_claim_columns(cur.description)
+            if not rows or rows[-1][0] is not None:
+                return self._claimed(rows)
+            self._claim_gated = True  # a requested queue has a running limit: nothing was claimed
+        params["gated"] = True
+        with self.conn.cursor(row_factory=tuple_row) as gate, self.conn.cursor(row_factory=tuple_row) as cur:
+            with contextlib.ExitStack() as stack:
+                if own_tx:
+                    stack.enter_context(self.conn.pipeline())
+                    stack.enter_context(self.conn.transaction())
+                gate.execute(self._q["queue_claim_gate"], params)
+                cur.execute(self._q["job_claim"], params)
+            # In a pipeline the results (and the descriptions) arrive at its end: one round trip.
+            limited = gate.fetchall()
+            rows = cur.fetchall()
+            self._check_claim_columns(cur.description)
+        self._claim_gated = bool(limited)
+        return self._claimed(rows)
+
+    @staticmethod
+    def _check_claim_columns(description: Sequence[Any] | None) -> None:
+        names = tuple(c.name for c in description or ())
+        if names != _CLAIM_COLUMNS:
+            raise RuntimeError(f"job_claim returns {names}, expected {_CLAIM_COLUMNS} (ClaimedJob's order)")
+
+    @staticmethod
+    def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
+        new, fields = object.__new__, _CLAIMED_FIELDS
+        jobs = []
+        for row in rows:
+            job = new(ClaimedJob)
+            job.__dict__.update(zip(fields, row))
+            jobs.append(job)
+        return jobs
+
+    def heartbeat(self, worker_id: str, held: Sequence[tuple[int, uuid.UUID]], lease: float,
+                  max_lease_total: float, effect_tokens: Sequence[uuid.UUID] = (),
+                  max_effect_hold: float | None = None) -> list[HeartbeatOutcome]:
+        """Renew every held lease (and the keys of effects still in flight) in one statement,
+        and touch the worker's registry row."""
+        if not held and not effect_tokens:
+            self._rows("worker_touch", {"id": worker_id})
+            return []
+        rows = self._rows("job_heartbeat", {
+            "ids": [h[0] for h in held], "tokens": [h[1] for h in held], "lease": float(lease),
+            "max_lease_total": float(max_lease_total), "worker_id": worker_id,
+            "effect_tokens": list(effect_tokens),
+            "max_effect_hold": float(max_effect_hold if max_effect_hold is not None else max_lease_total)})
+        return [HeartbeatOutcome(r["id"], r["outcome"], r["lease_expires_at"], r["remaining_seconds"])
+                for r in rows]
+
+    def complete_many(self, worker_id: str, done: Sequence[tuple[int, uuid.UUID]]) -> dict[int, bool]:
+        """Complete a batch; ``{id: accepted}``. Rejected ones are recorded as stale.
+
+        The statement finds each job's token by the job's position in the batch, so one
+        statement holds each id once: two attempts of one job in a batch (a lease lost and the
+        job claimed again by this worker) go in separate statements, in order."""
+        result: dict[int, bool] = {}
+        rest = list(done)
+        while rest:
+            seen: set[int] = set()
+            batch: list[tuple[int, uuid.UUID]] = []
+            later: list[tuple[int, uuid.UUID]] = []
+            for d in rest:
+                (later if d[0] in seen else batch).append(d)
+                seen.add(d[0])
+            rows = self._rows("job_complete_many", {"ids": [d[0] for d in batch],
+                                                    "tokens": [d[1] for d in batch], "worker_id": worker_id})
+            for r in rows:
+                result[int(r["id"])] = result.get(int(r["id"]), False) or bool(r["accepted"])
+            rest = later
+        return result
+
+    def _cas(self, name: str, operation: str, params: dict[str, Any]) -> bool:
+        row = self._one(name, params)
+        accepted = bool(row and row["accepted"])
+        if not accepted:
+            self.record_stale_write(params["id"], params["token"], params["worker_id"], operation)
+        return accepted
+
+    def retry(self, worker_id: str, job_id: int, token: uuid.UUID, *, delay: float,
+              error: str, error_code: str) -> bool:
+        return self._cas("job_retry", "retry", {
+            "id": job_id, "token": token, "worker_id": worker_id, "delay": float(delay),
+            "error": error, "error_code": error_code})
+
+    def dead_letter(self, worker_id: str, job_id: int, token: uuid.UUID, *, error: str,
+                    error_code: str, sanitised_payload: Any = None) -> bool:
+        return self._cas("job_dead_letter", "dead_letter", {
+            "id": job_id, "token": token, "worker_id": worker_id, "error": error,
+            "error_code": error_code,
+            "sanitised_payload": Jsonb(sanitised_payload) if sanitised_payload is not None else None})
+
+    def release(self, worker_id: str, job_id: int, token: uuid.UUID, *, delay: float = 0.0,
+                event: str = "released", reason: str = "shutdown") -> bool:
+        """Hand the job back without using up an attempt (drain on SIGTERM, effect deferral)."""
+        return self._cas("job_release", "release", {
+            "id": job_id, "token": token, "worker_id": worker_id, "delay": float(delay),
+            "event": event, "reason": reason, "channel": self.channel})
+
+    def checkpoint(self, worker_id: str, job_id: int, token: uuid.UUID, step: str, data: Any) -> bool:
+        accepted = self._one("job_checkpoint", {"id": job_id, "token": token, "worker_id": worker_id,
+                                                "step": step, "data": Jsonb(data)}) is not None
+        if not accepted:
+            self.record_stale_write(job_id, token, worker_id, "checkpoint")
+        return accepted
+
+    def record_stale_write(self, job_id: int, token: uuid.UUID, worker_id: str, operation: str,
+                           reason: str = "token no longer current") -> None:
+        event = "heartbeat_lost" if operation == "heartbeat" else "stale_write_rejected"
+        self._rows("job_event_stale_write", {"id": job_id, "token": token, "worker_id": worker_id,
+                                             "event": event, "reason": reason, "operation": operation})

@@ -1,0 +1,136 @@
+"""What an enqueue is made of: :class:`JobSpec` and the one validator every enqueue path
+runs, the payload encoding and its size limit, and the priority range. Pure logic, no SQL."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tenure.core.errors import ConfigError, JobSpecError, PayloadError
+
+Row = dict[str, Any]
+"""One result row of a named query, by column name."""
+MAX_PAYLOAD_BYTES_DEFAULT = 256 * 1024
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def max_payload_bytes() -> int:
+    """The payload size limit: ``TENURE_MAX_PAYLOAD_BYTES`` or 256 KiB."""
+    raw = os.environ.get("TENURE_MAX_PAYLOAD_BYTES")
+    if not raw:
+        return MAX_PAYLOAD_BYTES_DEFAULT
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ConfigError(f"TENURE_MAX_PAYLOAD_BYTES must be a whole number of bytes, got {raw!r}") from None
+    if limit < 1:
+        raise ConfigError("TENURE_MAX_PAYLOAD_BYTES must be >= 1")
+    return limit
+
+
+def encode_payload(payload: Any) -> str:
+    """The JSON text stored for ``payload``; PayloadError for what jsonb cannot hold faithfully
+    (non-JSON values, NaN/Infinity, NUL characters) or what exceeds the size limit."""
+    try:
+        # Non-ASCII characters as UTF-8, not \u escapes: a SQL_ASCII database cannot turn an
+        # escape above \u007f into jsonb, and the byte size below is then the stored size.
+        text = json.dumps(payload if payload is not None else {}, allow_nan=False,
+                          separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"payload is not valid JSON for storage: {exc}") from None
+    if _ESCAPED_NUL.search(text) or "\x00" in text:
+        raise PayloadError("payload contains a NUL character (\\u0000), which PostgreSQL's jsonb cannot store")
+    try:
+        size, limit = len(text.encode()), max_payload_bytes()
+    except UnicodeEncodeError:
+        raise PayloadError("payload contains an unpaired surrogate, which is not valid UTF-8") from None
+    if size > limit:
+        raise PayloadError(f"payload is {size} bytes, above the {limit}-byte limit (TENURE_MAX_PAYLOAD_BYTES)")
+    return text
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+PRIORITY_DEFAULT = 0
+"""Job priority: an integer in [PRIORITY_MIN, PRIORITY_MAX]; higher runs first."""
+
+
+def check_priority(priority: Any) -> int:
+    """The priority as an int; ConfigError when it is not an integer in the documented range."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigError(f"priority must be an integer, got {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ConfigError(f"priority {priority} is out of range [{PRIORITY_MIN}, {PRIORITY_MAX}] (higher runs first)")
+    return priority
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    id: int
+    created: bool
+    """False when an existing job with the same idempotency key was returned (dedup hit)."""
+
+
+MAX_ATTEMPTS_LIMIT = 2**31 - 1
+"""Largest ``max_attempts`` (the column is a PostgreSQL integer)."""
+DELAY_MAX_SECONDS = 100 * 365 * 86400.0
+"""Longest enqueue delay: 100 years (anything longer is a unit mistake)."""
+
+
+def check_text(what: str, value: Any, *, name: bool = True) -> None:
+    if not isinstance(value, str):
+        raise JobSpecError(f"{what} must be a string, got {value!r}")
+    if not value.strip():
+        raise JobSpecError(f"{what} must not be empty, got {value!r}")
+    if "\x00" in value:
+        raise JobSpecError(f"{what} contains a NUL character, which PostgreSQL text cannot store")
+    if name and value != value.strip():
+        raise JobSpecError(f"{what} must not start or end with whitespace, got {value!r}")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to enqueue. :meth:`validate` is the one check every enqueue path runs
+    (``tenure enqueue`` flags, ``--from-file``, :func:`tenure.enqueue`, :meth:`Repository.enqueue_many`)."""
+
+    task: str
+    payload: Any = None
+    queue: str = "default"
+    max_attempts: int = 5
+    delay: float = 0.0
+    idempotency_key: str | None = None
+    priority: int = PRIORITY_DEFAULT
+
+    def validate(self) -> str:
+        """Raise JobSpecError (a ValueError) naming the first invalid field: an empty task or queue
+        name (or one with surrounding whitespace or a NUL), an empty idempotency key, ``max_attempts``
+        not a whole number from 1 to 2^31-1, a delay that is negative, not finite or above 100 years,
+        or a payload jsonb cannot store (PayloadError). Returns the payload's stored JSON text."""
+        check_text("task name", self.task)
+        check_text("queue name", self.queue)
+        check_priority(self.priority)
+        if self.idempotency_key is not None:
+            check_text("idempotency key", self.idempotency_key, name=False)
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= MAX_ATTEMPTS_LIMIT:
+            raise JobSpecError(f"max_attempts must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT}, got {attempts!r}")
+        delay = self.delay
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay):
+            raise JobSpecError(f"delay must be a finite number of seconds, got {delay!r}")
+        if not 0 <= delay <= DELAY_MAX_SECONDS:
+            raise JobSpecError(f"delay must be from 0 to {DELAY_MAX_SECONDS:.0f} seconds (100 years), got {delay:g}")
+        return encode_payload(self.payload)
+
+
+def iter_batches(items: Iterable[JobSpec], size: int) -> Iterable[list[JobSpec]]:
+    batch: list[JobSpec] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
