@@ -341,6 +341,46 @@ def test_image_change_holds_the_running_workers_until_the_new_migration_succeede
     assert ("Job", NS, old_job) not in kube.store and ("Job", old_job) in kube.deleted
 
 
+def test_a_stale_pass_never_retires_the_migration_job_of_a_newer_spec() -> None:
+    """Issue 22, item 9: kopf runs a JobQueue's timer and its change handlers concurrently, so
+    a timer pass can still hold the body from before an image change while the update handler
+    creates the new image's Job. That pass saw its own (old) Job succeeded and deleted every
+    other migration Job, the new one included; the e2e harness then found the Job it was
+    finishing gone (404), or finished and then recreated as running. Jobs now carry the
+    generation they were made for, and a pass retires only its own generation's or older."""
+    kube = FakeKube()
+    add_secret(kube)
+    old = body()
+    first = run(kube, old, fg.QueueFigures())
+    old_job = first.status["migrationJob"]
+    kube.job_outcome = None
+    new = body()
+    new["spec"]["image"] = "tenure:2"
+    new["metadata"]["generation"] = 5
+    changed = run(kube, feed_back(new, first), fg.QueueFigures(), scale=False)
+    new_job = changed.status["migrationJob"]
+    assert kube.store[("Job", NS, new_job)]["metadata"]["annotations"] == {
+        rc.MIGRATION_GENERATION_ANNOTATION: "5"}
+    # The timer's pass with the body from before the change.
+    run(kube, feed_back(old, first), fg.QueueFigures(), now=T0 + dt.timedelta(seconds=1))
+    assert ("Job", NS, new_job) in kube.store and ("Job", new_job) not in kube.deleted
+    # The new Job succeeds: the next pass retires the old one.
+    kube.store[("Job", NS, new_job)]["status"] = {
+        "conditions": [{"type": "Complete", "status": "True"}]}
+    run(kube, feed_back(new, changed), fg.QueueFigures(), now=T0 + dt.timedelta(seconds=2))
+    assert ("Job", NS, old_job) not in kube.store
+
+
+def test_a_migration_job_without_a_generation_is_retired_as_the_oldest() -> None:
+    kube = FakeKube()
+    add_secret(kube)
+    legacy = rc.build_migration_job("mail", NS, s.parse_spec({**body()["spec"], "image": "tenure:0"}))
+    assert "annotations" not in legacy["metadata"]
+    kube.apply(legacy)
+    run(kube, body(), fg.QueueFigures())
+    assert ("Job", NS, legacy["metadata"]["name"]) not in kube.store
+
+
 def _failed_pod(message: str) -> dict[str, Any]:
     return {"status": {"containerStatuses": [{"state": {"terminated": {
         "exitCode": 2, "message": message}}}]}}
