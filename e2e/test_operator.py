@@ -762,10 +762,15 @@ def test_5_image_change_restart_and_delete(stack: Stack, example: dict[str, Any]
     # The exporter follows the spec: switched off it is retired, back on it returns.
     (exporter,) = stack.exporters()
     stack.patch_spec({"metrics": {"exporter": False}})
-    wait_for(lambda: not stack.exporters(), 60, "the unused exporter to be retired",
-             stack.operator)
-    assert not [s for s in stack.core.list_namespaced_service(NS).items
+
+    def exporter_service() -> list[Any]:
+        return [s for s in stack.core.list_namespaced_service(NS).items
                 if s.metadata.name == exporter.metadata.name]
+
+    # Both, in one wait: the pass deletes them one after the other (a check of the Service
+    # right after the Deployment was seen gone once ran between the two deletes).
+    wait_for(lambda: not stack.exporters() and not exporter_service(), 60,
+             "the unused exporter (Deployment and Service) to be retired", stack.operator)
     stack.patch_spec({"metrics": {"exporter": True}})
     wait_for(lambda: [e.metadata.name for e in stack.exporters()] == [exporter.metadata.name],
              60, "the exporter to come back", stack.operator)

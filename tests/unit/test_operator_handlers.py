@@ -124,6 +124,10 @@ def test_a_deleted_jobqueue_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> Non
     assert handlers.announcements.remembered() == {"u-gone": "SecretMissing"}
 
     (watch,) = registry._watching.get_all_handlers()
+    # kopf calls the handler only for DELETED events (its `when` filter), and logs each call.
+    assert watch.when is not None
+    assert not watch.when(event={"type": "MODIFIED", "object": body}, type="MODIFIED")
+    assert watch.when(event={"type": "DELETED", "object": body}, type="DELETED")
     watch.fn(event={"type": "MODIFIED", "object": body}, body=body)
     assert handlers.announcements.remembered() == {"u-gone": "SecretMissing"}
     watch.fn(event={"type": "DELETED", "object": body}, body=body)

@@ -387,8 +387,9 @@ def _apply_group(kube: Kube, namespace: str, group: ExporterGroup, sm_available:
 
 
 def _retire(kube: Kube, namespace: str, name: str, sm_available: bool) -> None:
-    """Delete an exporter no JobQueue uses any more (absent objects are fine)."""
-    kube.delete("apps/v1", "Deployment", namespace, name)
-    kube.delete("v1", "Service", namespace, name)
+    """Delete an exporter no JobQueue uses any more (absent objects are fine). The Deployment
+    goes last, so that once it is gone the exporter is gone as a whole."""
     if sm_available:
         kube.delete("monitoring.coreos.com/v1", "ServiceMonitor", namespace, name)
+    kube.delete("v1", "Service", namespace, name)
+    kube.delete("apps/v1", "Deployment", namespace, name)

@@ -5,7 +5,7 @@
 * a timer every ``OperatorConfig.interval_seconds``: a full pass (figures, scaling, conditions);
 * an index, ``jobqueue_exporters`` (:func:`tenure.operator.exporter.exporter_member`): the
   JobQueues that share each exporter, so a pass never lists the namespace;
-* every watch event: a deleted JobQueue is forgotten by :class:`~tenure.operator.status.Announcements`
+* a DELETED watch event: the JobQueue is forgotten by :class:`~tenure.operator.status.Announcements`
   (the one memory the operator keeps per JobQueue, besides kopf's own);
 * login, startup settings and the liveness probe.
 
@@ -94,6 +94,10 @@ class JobQueueHandlers:
             self.announcements.forget(uid)
 
 
+def _deleted(event: Mapping[str, Any], **_: Any) -> bool:
+    return event.get("type") == "DELETED"
+
+
 def register(
     registry: Any,
     config: OperatorConfig,
@@ -140,8 +144,9 @@ def register(
     def _exporters(body: Any, **_: Any) -> Any:
         return ex.exporter_member(body)
 
-    @kopf.on.event(*resource, registry=registry)
-    def _event(event: Any, **_: Any) -> None:
+    # Only DELETED events reach the handler (kopf logs every handler call at INFO).
+    @kopf.on.event(*resource, when=_deleted, registry=registry)
+    def _forget(event: Any, **_: Any) -> None:
         jobqueues.on_event(event)
 
     @kopf.on.resume(*resource, registry=registry)
