@@ -11,9 +11,12 @@ members in memory: no list of the namespace's JobQueues per pass.
 **A pass** (:func:`reconcile_exporters`) touches at most two exporters: the JobQueue's
 current one (applied with every member as an owner, none the controller) and, when the
 JobQueue moved to another database or switched its exporter off, the one it used before
-(``status.exporter``): re-applied without it, or deleted when nobody uses it any more. The
-last member's deletion leaves the objects to the garbage collector (they are owned by it).
-It never re-applies other databases' exporters.
+(``status.exporter``): re-applied without it, or deleted when nobody uses it any more. A
+deleted member needs no pass: the garbage collector drops its owner reference (and the
+objects with the last one), and the next pass of another member re-applies the group without
+it (the image then comes from the new oldest member). It never re-applies other databases'
+exporters. Other members' migration state is read from their status in the index, so the
+exporter follows a member's migration one full pass (``intervalSeconds``) after its Job.
 
 Why shared rather than one per JobQueue: every exporter serves every queue of its schema (it
 is one SQL query), so one per JobQueue would only multiply the same series and the queries.
@@ -70,7 +73,6 @@ def exporter_key(namespace: str, spec: s.JobQueueSpec) -> str:
 def exporter_name(namespace: str, spec: s.JobQueueSpec) -> str:
     """``tenure-exporter-HASH`` of the database and schema ``spec`` names."""
     return EXPORTER_PREFIX + exporter_key(namespace, spec)
-
 
 
 def exporter_labels(namespace: str, spec: s.JobQueueSpec) -> dict[str, str]:
