@@ -153,6 +153,7 @@ def _env(spec: s.JobQueueSpec) -> list[dict[str, Any]]:
 
 
 def pod_spec_common(spec: s.JobQueueSpec) -> dict[str, Any]:
+    """The pod settings every child shares (workers, reaper, migration Job, exporter)."""
     pod: dict[str, Any] = {
         "securityContext": pod_security_context(),
         "automountServiceAccountToken": False,
