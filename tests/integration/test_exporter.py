@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -220,3 +221,27 @@ def test_exporter_serves_reaper_figures_from_the_database(dsn: str, schema: str,
     assert after["tenure_reaper_last_cycle_reaped_jobs"][()] == 0.0
     assert after["tenure_reaper_last_cycle_duration_seconds"][()] >= 0.0
     assert abs(after["tenure_reaper_last_cycle_timestamp_seconds"][()] - time.time()) < 60
+
+
+def test_exporter_reports_schema_skew_and_serves_a_newer_schema(
+        dsn: str, schema: str, repo: Repository, conn: Any) -> None:
+    """Issue 22, item 6: a schema one version ahead of the exporter's code (another image
+    migrated it) is not refused: the queue figures are still served and the skew is shown."""
+    from tenure.core.queries import migrations
+
+    repo.enqueue("t", queue="q1")
+    collector = QueueCollector(dsn, schema, min_interval=0, completed_interval=0)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    server = serve(0, registry, host="127.0.0.1")
+    port = server.server_address[1]
+    try:
+        assert _scrape(port)["tenure_exporter_schema_skew"][()] == 0
+        conn.execute(f'INSERT INTO "{schema}".schema_migrations (version, name) VALUES (%s, %s)',
+                     (len(migrations()) + 1, "from_newer_code"))
+        ahead = _scrape(port)
+        assert ahead["tenure_exporter_schema_skew"][()] == 1
+        assert ahead["tenure_queue_jobs"][(("queue", "q1"), ("state", "ready"))] == 1
+        assert ahead["tenure_exporter_errors_total"][()] == 0
+    finally:
+        _stop(server, collector)

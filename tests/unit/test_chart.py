@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from tenure.operator import crd
-from tenure.operator import reconcile as rc
+from tenure.operator import exporter as ex
+from tenure.operator import manifests as rc
 from tenure.operator.spec import parse_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -199,7 +200,7 @@ def test_rbac_is_least_privilege(helm: str) -> None:
     assert verbs == {
         ("tenure.dev", "jobqueues"): {"list", "watch", "patch"},
         ("tenure.dev", "jobqueues/status"): {"patch"},
-        ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},
+        ("apps", "deployments"): {"get", "create", "patch", "delete"},
         ("batch", "cronjobs"): {"get", "create", "patch"},
         ("batch", "jobs"): {"get", "list", "create", "patch", "delete"},
         ("", "pods"): {"list"},
@@ -283,14 +284,14 @@ def test_operator_children_and_example_are_valid(
     """What the operator applies (incl. the ServiceMonitor) and the example pass -strict."""
     example = (ROOT / "examples" / "jobqueue.yaml").read_text()
     jq = [d for d in docs(example) if d["kind"] == "JobQueue"][0]
-    children = rc.build_children("emails", "default", jq["spec"], 2, True)
-    assert {c["kind"] for c in children} >= {"ServiceMonitor", "Deployment", "CronJob"}
     spec = parse_spec(jq["spec"])
-    children.append(rc.build_migration_job("emails", "default", spec))
+    children = rc.build_children("emails", "default", spec, rc.spec_hash(jq["spec"]), 2, True)
+    assert {c["kind"] for c in children} >= {"ServiceMonitor", "Deployment", "CronJob"}
+    children.append(rc.build_migration_job("emails", "default", spec, 3))
     owners = [{"apiVersion": "tenure.dev/v1alpha1", "kind": "JobQueue", "name": "emails",
                "uid": "u-1", "controller": False, "blockOwnerDeletion": True}]
-    group = rc.ExporterGroup(rc.exporter_name("default", spec), spec, tuple(owners), True)
-    children.extend(rc.build_exporter("default", group, True))
+    group = ex.ExporterGroup(ex.exporter_name("default", spec), spec, tuple(owners), True)
+    children.extend(ex.build_exporter("default", group, True))
     text = example + "\n---\n" + yaml.safe_dump_all(children)
     validate(kubeconform, schema_dir, text)
 

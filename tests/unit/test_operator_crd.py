@@ -171,7 +171,7 @@ def test_schema_is_structural() -> None:
 
 
 def test_name_length_rule_fits_the_longest_child_name() -> None:
-    from tenure.operator import reconcile as rc
+    from tenure.operator import manifests as rc
 
     longest = "a" * s.NAME_MAX_LENGTH
     assert len(rc.reaper_name(longest)) <= 52  # CronJob name limit

@@ -14,7 +14,7 @@ import pytest
 
 from tenure.core.errors import ConfigError
 from tenure.core.stats import QueueStats
-from tenure.operator import handlers as h
+from tenure.operator import figures as fg
 from tenure.operator.kube import KubeClient, KubeError, object_path, secret_value
 
 
@@ -170,8 +170,8 @@ def test_fetch_figures_picks_the_queue_and_bounds_the_connect(monkeypatch: pytes
         return [_row("other", 99), _row("emails", 7)]
 
     monkeypatch.setattr("tenure.core.stats.fetch_queue_stats", fake)
-    got = h.fetch_figures("postgresql://u@db/x", "s", "emails", connect_timeout=3)
-    assert got == h.QueueFigures(
+    got = fg.fetch_figures("postgresql://u@db/x", "s", "emails", connect_timeout=3)
+    assert got == fg.QueueFigures(
         ready=7, scheduled=1, running=2, running_expired=3, completed=6, failed=4, live_workers=5,
         oldest_ready_age_seconds=1.5,
     )  # fmt: skip
@@ -179,7 +179,7 @@ def test_fetch_figures_picks_the_queue_and_bounds_the_connect(monkeypatch: pytes
     assert seen[0][1:] == ("s", "emails")
     # A queue nobody used yet is empty, not an error.
     monkeypatch.setattr("tenure.core.stats.fetch_queue_stats", lambda *a, **k: [])
-    assert h.fetch_figures("postgresql://u@db/x", "s", "emails") == h.QueueFigures()
+    assert fg.fetch_figures("postgresql://u@db/x", "s", "emails") == fg.QueueFigures()
 
 
 @pytest.mark.parametrize(
@@ -197,14 +197,14 @@ def test_fetch_figures_maps_database_errors(
         raise exc
 
     monkeypatch.setattr("tenure.core.stats.fetch_queue_stats", boom)
-    with pytest.raises(h.StatsUnavailable) as err:
-        h.fetch_figures("postgresql://u@db/x", "s", "emails")
+    with pytest.raises(fg.StatsUnavailable) as err:
+        fg.fetch_figures("postgresql://u@db/x", "s", "emails")
     assert err.value.reason == reason
 
 
 def test_fetch_figures_refuses_a_broken_dsn() -> None:
-    with pytest.raises(h.StatsUnavailable) as err:
-        h.fetch_figures("host=db port", "s", "q")
+    with pytest.raises(fg.StatsUnavailable) as err:
+        fg.fetch_figures("host=db port", "s", "q")
     assert err.value.reason == "InvalidDSN"
 
 

@@ -58,15 +58,18 @@ app.kubernetes.io/part-of: tenure
 
 {{/*
 The operator's permissions, written once and used by the ClusterRole or by each Role.
-Every rule is a call in src/tenure/operator (kube.py / handlers.py) or in kopf itself:
-- jobqueues list/watch: kopf's watch stream; patch: kopf's annotations (progress, diff base).
+Every rule is a call in src/tenure/operator (kube.py, through engine.py, migration.py and
+exporter.py) or in kopf itself:
+- jobqueues list/watch: kopf's watch stream (and its exporter index); patch: kopf's annotations
+  (progress, diff base).
 - jobqueues/status patch: status figures and conditions.
-- deployments get: current replicas; deployments/cronjobs/jobs/services/poddisruptionbudgets/
+- deployments get: current replicas (workers; an exporter held for a migration);
+  deployments/cronjobs/jobs/services/poddisruptionbudgets/
   servicemonitors create+patch: server-side apply of the children.
 - cronjobs get: left as they are while a migration runs (held).
 - jobs get/list/delete: the migration Job's state; older ones retired, failed ones re-run.
 - pods list: a failed migration pod's termination message (schema newer than the code?).
-- deployments list + deployments/services delete: exporters no JobQueue uses any more.
+- deployments/services delete: an exporter no JobQueue uses any more.
 - servicemonitors delete: metrics.serviceMonitor switched off.
 - secrets get: the DSN for reading queue stats.
 - events create: kopf.info/warn on scale decisions and failures.
@@ -80,7 +83,7 @@ Every rule is a call in src/tenure/operator (kube.py / handlers.py) or in kopf i
   verbs: ["patch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["batch"]
   resources: ["cronjobs"]
   verbs: ["get", "create", "patch"]

@@ -10,6 +10,14 @@ from the ``reaper_cycles`` row every reaper cycle updates.
 Each scrape runs one query (partial indexes only); results are cached for ``min_interval``
 seconds so that several scrapers cannot load the database. When the database is unreachable the
 collector still answers, with ``tenure_exporter_errors_total`` raised and no queue series.
+
+Schema skew: the exporter reads the schema through this code's repository, so it serves
+figures only as far as its queries match the schema. It never refuses a schema at another
+version: ``tenure_exporter_schema_skew`` is the schema's version minus the versions this code
+knows (0: in step; above 0: migrated by newer code, e.g. another JobQueue's newer image;
+below 0: a migration is pending), and a query the schema no longer answers counts as a failed
+collection. On Kubernetes the operator keeps the exporter from running ahead of the schema
+(it is held until its image's migration Job succeeded), so a skew above 0 is the case to watch.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from tenure.core.db import Connection, connect
 from tenure.core.errors import first_line
+from tenure.core.queries import migrations
 from tenure.core.repository import Repository
 from tenure.core.stats import QueueStats
 
@@ -53,6 +62,8 @@ class QueueCollector(Collector):
         self._reaps: list[dict[str, Any]] = []
         self._cycle: dict[str, Any] | None = None
         self._cached_at = 0.0
+        #: Schema version minus the versions this code knows, from the last collection.
+        self.schema_skew: int | None = None
         self.last_success = 0.0
         self.errors = 0
 
@@ -65,6 +76,11 @@ class QueueCollector(Collector):
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = connect(self.dsn, application_name="tenure-exporter")
                 repo = Repository(self._conn, self.schema)
+                skew = repo.schema_version() - len(migrations())
+                if skew != self.schema_skew and skew != 0:
+                    log.warning("schema %r is %d version(s) %s this exporter's code", self.schema,
+                                abs(skew), "ahead of" if skew > 0 else "behind")
+                self.schema_skew = skew
                 if self._completed is None or now - self._completed_at >= self.completed_interval:
                     self._completed, self._completed_at = repo.completed_counts(), now
                 stats = repo.queue_stats(completed=self._completed)
@@ -162,3 +178,8 @@ class QueueCollector(Collector):
         errors = CounterMetricFamily("tenure_exporter_errors", "Failed collections.")
         errors.add_metric([], self.errors)
         yield errors
+        if self.schema_skew is not None:
+            skew = GaugeMetricFamily("tenure_exporter_schema_skew", "Schema version minus the "
+                                     "versions this exporter's code knows (0: in step).")
+            skew.add_metric([], float(self.schema_skew))
+            yield skew

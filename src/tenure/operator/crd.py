@@ -155,41 +155,7 @@ def _spec_schema() -> dict[str, Any]:
                 " claim statement (`tenure queues limit`); 0 means no limit.",
                 s.MAX_RUNNING_DEFAULT, 0, s.MAX_RUNNING_MAX,
             ),
-            "database": {
-                "type": "object",
-                "description": "Where the queue lives.",
-                "required": ["secretRef"],
-                "properties": {
-                    "secretRef": {
-                        "type": "object",
-                        "description": "Secret (same namespace) holding the PostgreSQL DSN.",
-                        "required": ["name"],
-                        "properties": {
-                            "name": {
-                                "type": "string",
-                                "description": "Secret name.",
-                                "minLength": 1,
-                                "maxLength": 253,
-                            },
-                            "key": {
-                                "type": "string",
-                                "description": "Key in the Secret whose value is the DSN.",
-                                "default": s.DATABASE_SECRET_KEY_DEFAULT,
-                                "minLength": 1,
-                                "maxLength": 253,
-                            },
-                        },
-                    },
-                    "schema": {
-                        "type": "string",
-                        "description": "PostgreSQL schema of the tenure tables (TENURE_SCHEMA).",
-                        "default": s.DATABASE_SCHEMA_DEFAULT,
-                        "minLength": 1,
-                        "maxLength": 63,
-                        "pattern": r"^[a-z_][a-z0-9_]*$",
-                    },
-                },
-            },
+            "database": _database_schema(),
             "leaseSeconds": _int(
                 "Lease granted per claim; a job whose lease expires is reaped.",
                 s.LEASE_SECONDS_DEFAULT,
@@ -215,229 +181,291 @@ def _spec_schema() -> dict[str, Any]:
                 0,
                 86400,
             ),
-            "retry": {
+            "retry": _retry_schema(),
+            "scaling": _scaling_schema(),
+            "reaper": _reaper_schema(),
+            "metrics": _metrics_schema(),
+            "migrations": _migrations_schema(),
+            "pod": _pod_schema(),
+        },
+    }
+
+
+def _database_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Where the queue lives.",
+        "required": ["secretRef"],
+        "properties": {
+            "secretRef": {
                 "type": "object",
-                "description": "Retry policy: baseDelaySeconds/maxDelaySeconds bound the requeue "
-                "backoff of recovered jobs (--backoff-base/--backoff-max of the worker and the "
-                "reaper); all three are also exported to the pods as TENURE_RETRY_MAX_ATTEMPTS, "
-                "TENURE_RETRY_BASE_DELAY and TENURE_RETRY_MAX_DELAY.",
-                "default": {},
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "self.baseDelaySeconds <= self.maxDelaySeconds",
-                        "message": "retry.baseDelaySeconds must be <= retry.maxDelaySeconds",
-                    }
-                ],
+                "description": "Secret (same namespace) holding the PostgreSQL DSN.",
+                "required": ["name"],
                 "properties": {
-                    "maxAttempts": _int(
-                        "Attempts before a job goes to the dead-letter queue.",
-                        s.RETRY_MAX_ATTEMPTS_DEFAULT,
-                        1,
-                        1000,
-                    ),
-                    "baseDelaySeconds": _int(
-                        "First retry delay cap.", s.RETRY_BASE_DELAY_SECONDS_DEFAULT, 0, 86400
-                    ),
-                    "maxDelaySeconds": _int(
-                        "Largest retry delay.", s.RETRY_MAX_DELAY_SECONDS_DEFAULT, 0, 604800
-                    ),
-                },
-            },
-            "scaling": {
-                "type": "object",
-                "description": "How the operator sizes the worker Deployment.",
-                "default": {},
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "self.minReplicas <= self.maxReplicas",
-                        "message": "scaling.minReplicas must be less than or equal to "
-                        "scaling.maxReplicas",
-                    },
-                    {
-                        "rule": "self.minReplicas >= 1 || self.allowScaleToZero",
-                        "message": "scaling.minReplicas may be 0 only with "
-                        "scaling.allowScaleToZero: true",
-                    },
-                ],
-                "properties": {
-                    "minReplicas": _int(
-                        "Floor while the queue has work (or always, without scale to zero).",
-                        s.MIN_REPLICAS_DEFAULT,
-                        0,
-                        1000,
-                    ),
-                    "maxReplicas": _int("Ceiling.", s.MAX_REPLICAS_DEFAULT, 1, 1000),
-                    "targetReadyPerReplica": _int(
-                        "Ready (waiting) jobs one replica should face; backlog / this value "
-                        "is added to in-flight jobs / concurrency.",
-                        s.TARGET_READY_PER_REPLICA_DEFAULT,
-                        1,
-                        1000000,
-                    ),
-                    "scaleDownStabilizationSeconds": _int(
-                        "Scale down only to the highest recommendation of this window.",
-                        s.SCALE_DOWN_STABILIZATION_SECONDS_DEFAULT,
-                        0,
-                        3600,
-                    ),
-                    "allowScaleToZero": _bool(
-                        "Allow 0 replicas when nothing is ready, running or scheduled.",
-                        s.ALLOW_SCALE_TO_ZERO_DEFAULT,
-                    ),
-                },
-            },
-            "reaper": {
-                "type": "object",
-                "description": "The reaper CronJob recovering expired leases.",
-                "default": {},
-                "properties": {
-                    "schedule": {
+                    "name": {
                         "type": "string",
-                        "description": "Cron schedule (5 fields) or a macro such as @hourly. The API "
-                        "server checks the shape; the operator checks each field's values "
-                        "(e.g. minute 0-59) and reports Degraded/InvalidSchedule, leaving the "
-                        "CronJob unchanged, for a schedule such as '99 99 99 99 99'.",
-                        "default": s.REAPER_SCHEDULE_DEFAULT,
+                        "description": "Secret name.",
                         "minLength": 1,
-                        "maxLength": 128,
-                        "x-kubernetes-validations": [
-                            {
-                                "rule": f"self.matches('{CRON_SHAPE_REGEX}')",
-                                "message": "reaper.schedule must be 5 space-separated cron "
-                                "fields (e.g. '*/5 * * * *') or a macro such as @hourly",
-                            }
-                        ],
-                    },
-                    "graceSeconds": _int(
-                        "tenure reaper --grace: extra time past lease expiry before recovery; at least "
-                        "heartbeatSeconds.",
-                        s.REAPER_GRACE_SECONDS_DEFAULT,
-                        0,
-                        86400,
-                    ),
-                    "batchSize": _int(
-                        "tenure reaper --batch: rows recovered per statement.",
-                        s.REAPER_BATCH_SIZE_DEFAULT,
-                        1,
-                        100000,
-                    ),
-                    "suspend": _bool("Suspend the reaper CronJob.", s.REAPER_SUSPEND_DEFAULT),
-                },
-            },
-            "metrics": {
-                "type": "object",
-                "description": "Worker metrics and health endpoint.",
-                "default": {},
-                "properties": {
-                    "port": _int(
-                        "Port of /metrics, /healthz and /readyz in each worker pod.",
-                        s.METRICS_PORT_DEFAULT,
-                        1024,
-                        65535,
-                    ),
-                    "serviceMonitor": _bool(
-                        "Create a ServiceMonitor (only when its CRD exists in the cluster).",
-                        s.SERVICE_MONITOR_DEFAULT,
-                    ),
-                    "exporter": _bool(
-                        "Run `tenure exporter` (queue-level and reaper figures from SQL) for "
-                        "this queue's database and schema: one Deployment tenure-exporter-HASH "
-                        "with a Service (and a ServiceMonitor when asked for), shared by every "
-                        "JobQueue of the namespace naming the same Secret, key and schema.",
-                        s.EXPORTER_DEFAULT,
-                    ),
-                },
-            },
-            "migrations": {
-                "type": "object",
-                "description": "Managed migrations. When managed (the default), the operator "
-                "runs `tenure migrate` in a Job with this image (NAME-migrate-HASH, "
-                "advisory-locked, idempotent) whenever the image, schema or Secret changes, "
-                "and holds the workers (and the reaper) until it succeeded: condition "
-                "SchemaReady. A failed Job makes the JobQueue Degraded (SchemaNewerThanCode "
-                "when the database was migrated by a newer tenure). Opt out with "
-                "managed: false (or the chart's operator.manageMigrations: false) and run "
-                "`tenure migrate` yourself before the workers start.",
-                "default": {},
-                "properties": {
-                    "managed": _bool(
-                        "Let the operator migrate the database (false: you run `tenure migrate`).",
-                        s.MIGRATIONS_MANAGED_DEFAULT,
-                    ),
-                },
-            },
-            "pod": {
-                "type": "object",
-                "description": "Overrides for the worker and reaper pods.",
-                "default": {},
-                "properties": {
-                    "resources": {
-                        "type": "object",
-                        "description": "Container resources (requests/limits).",
-                        "properties": {
-                            "limits": {
-                                "type": "object",
-                                "additionalProperties": _quantity(),
-                            },
-                            "requests": {
-                                "type": "object",
-                                "additionalProperties": _quantity(),
-                            },
-                        },
-                    },
-                    "env": {
-                        "type": "array",
-                        "description": "Extra container environment variables.",
-                        "maxItems": 128,
-                        "items": {
-                            "type": "object",
-                            "required": ["name"],
-                            "properties": {
-                                "name": {"type": "string", "minLength": 1},
-                                "value": {"type": "string"},
-                                "valueFrom": {
-                                    "type": "object",
-                                    "x-kubernetes-preserve-unknown-fields": True,
-                                },
-                            },
-                        },
-                    },
-                    "nodeSelector": _str_map("Node selector of the pods."),
-                    "tolerations": {
-                        "type": "array",
-                        "description": "Tolerations of the pods.",
-                        "maxItems": 64,
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "key": {"type": "string"},
-                                "operator": {"type": "string", "enum": ["Exists", "Equal"]},
-                                "value": {"type": "string"},
-                                "effect": {
-                                    "type": "string",
-                                    "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"],
-                                },
-                                "tolerationSeconds": {"type": "integer", "format": "int64"},
-                            },
-                        },
-                    },
-                    "labels": _str_map("Extra pod labels (selector labels cannot be changed)."),
-                    "annotations": _str_map("Extra pod annotations."),
-                    "serviceAccountName": {
-                        "type": "string",
-                        "description": "ServiceAccount of the worker and reaper pods.",
                         "maxLength": 253,
                     },
-                    "imagePullSecrets": {
-                        "type": "array",
-                        "description": "Secrets for pulling the image.",
-                        "maxItems": 16,
-                        "items": {
+                    "key": {
+                        "type": "string",
+                        "description": "Key in the Secret whose value is the DSN.",
+                        "default": s.DATABASE_SECRET_KEY_DEFAULT,
+                        "minLength": 1,
+                        "maxLength": 253,
+                    },
+                },
+            },
+            "schema": {
+                "type": "string",
+                "description": "PostgreSQL schema of the tenure tables (TENURE_SCHEMA).",
+                "default": s.DATABASE_SCHEMA_DEFAULT,
+                "minLength": 1,
+                "maxLength": 63,
+                "pattern": r"^[a-z_][a-z0-9_]*$",
+            },
+        },
+    }
+
+
+def _retry_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Retry policy: baseDelaySeconds/maxDelaySeconds bound the requeue "
+        "backoff of recovered jobs (--backoff-base/--backoff-max of the worker and the "
+        "reaper); all three are also exported to the pods as TENURE_RETRY_MAX_ATTEMPTS, "
+        "TENURE_RETRY_BASE_DELAY and TENURE_RETRY_MAX_DELAY.",
+        "default": {},
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.baseDelaySeconds <= self.maxDelaySeconds",
+                "message": "retry.baseDelaySeconds must be <= retry.maxDelaySeconds",
+            }
+        ],
+        "properties": {
+            "maxAttempts": _int(
+                "Attempts before a job goes to the dead-letter queue.",
+                s.RETRY_MAX_ATTEMPTS_DEFAULT,
+                1,
+                1000,
+            ),
+            "baseDelaySeconds": _int(
+                "First retry delay cap.", s.RETRY_BASE_DELAY_SECONDS_DEFAULT, 0, 86400
+            ),
+            "maxDelaySeconds": _int(
+                "Largest retry delay.", s.RETRY_MAX_DELAY_SECONDS_DEFAULT, 0, 604800
+            ),
+        },
+    }
+
+
+def _scaling_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "How the operator sizes the worker Deployment.",
+        "default": {},
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.minReplicas <= self.maxReplicas",
+                "message": "scaling.minReplicas must be less than or equal to "
+                "scaling.maxReplicas",
+            },
+            {
+                "rule": "self.minReplicas >= 1 || self.allowScaleToZero",
+                "message": "scaling.minReplicas may be 0 only with "
+                "scaling.allowScaleToZero: true",
+            },
+        ],
+        "properties": {
+            "minReplicas": _int(
+                "Floor while the queue has work (or always, without scale to zero).",
+                s.MIN_REPLICAS_DEFAULT,
+                0,
+                1000,
+            ),
+            "maxReplicas": _int("Ceiling.", s.MAX_REPLICAS_DEFAULT, 1, 1000),
+            "targetReadyPerReplica": _int(
+                "Ready (waiting) jobs one replica should face; backlog / this value "
+                "is added to in-flight jobs / concurrency.",
+                s.TARGET_READY_PER_REPLICA_DEFAULT,
+                1,
+                1000000,
+            ),
+            "scaleDownStabilizationSeconds": _int(
+                "Scale down only to the highest recommendation of this window.",
+                s.SCALE_DOWN_STABILIZATION_SECONDS_DEFAULT,
+                0,
+                3600,
+            ),
+            "allowScaleToZero": _bool(
+                "Allow 0 replicas when nothing is ready, running or scheduled.",
+                s.ALLOW_SCALE_TO_ZERO_DEFAULT,
+            ),
+        },
+    }
+
+
+def _reaper_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "The reaper CronJob recovering expired leases.",
+        "default": {},
+        "properties": {
+            "schedule": {
+                "type": "string",
+                "description": "Cron schedule (5 fields) or a macro such as @hourly. The API "
+                "server checks the shape; the operator checks each field's values "
+                "(e.g. minute 0-59) and reports Degraded/InvalidSchedule, leaving the "
+                "CronJob unchanged, for a schedule such as '99 99 99 99 99'.",
+                "default": s.REAPER_SCHEDULE_DEFAULT,
+                "minLength": 1,
+                "maxLength": 128,
+                "x-kubernetes-validations": [
+                    {
+                        "rule": f"self.matches('{CRON_SHAPE_REGEX}')",
+                        "message": "reaper.schedule must be 5 space-separated cron "
+                        "fields (e.g. '*/5 * * * *') or a macro such as @hourly",
+                    }
+                ],
+            },
+            "graceSeconds": _int(
+                "tenure reaper --grace: extra time past lease expiry before recovery; at least "
+                "heartbeatSeconds.",
+                s.REAPER_GRACE_SECONDS_DEFAULT,
+                0,
+                86400,
+            ),
+            "batchSize": _int(
+                "tenure reaper --batch: rows recovered per statement.",
+                s.REAPER_BATCH_SIZE_DEFAULT,
+                1,
+                100000,
+            ),
+            "suspend": _bool("Suspend the reaper CronJob.", s.REAPER_SUSPEND_DEFAULT),
+        },
+    }
+
+
+def _metrics_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Worker metrics and health endpoint.",
+        "default": {},
+        "properties": {
+            "port": _int(
+                "Port of /metrics, /healthz and /readyz in each worker pod.",
+                s.METRICS_PORT_DEFAULT,
+                1024,
+                65535,
+            ),
+            "serviceMonitor": _bool(
+                "Create a ServiceMonitor (only when its CRD exists in the cluster).",
+                s.SERVICE_MONITOR_DEFAULT,
+            ),
+            "exporter": _bool(
+                "Run `tenure exporter` (queue-level and reaper figures from SQL) for "
+                "this queue's database and schema: one Deployment tenure-exporter-HASH "
+                "with a Service (and a ServiceMonitor when asked for), shared by every "
+                "JobQueue of the namespace naming the same Secret, key and schema.",
+                s.EXPORTER_DEFAULT,
+            ),
+        },
+    }
+
+
+def _migrations_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Managed migrations. When managed (the default), the operator "
+        "runs `tenure migrate` in a Job with this image (NAME-migrate-HASH, "
+        "advisory-locked, idempotent) whenever the image, schema or Secret changes, "
+        "and holds the workers (and the reaper) until it succeeded: condition "
+        "SchemaReady. A failed Job makes the JobQueue Degraded (SchemaNewerThanCode "
+        "when the database was migrated by a newer tenure). Opt out with "
+        "managed: false (or the chart's operator.manageMigrations: false) and run "
+        "`tenure migrate` yourself before the workers start.",
+        "default": {},
+        "properties": {
+            "managed": _bool(
+                "Let the operator migrate the database (false: you run `tenure migrate`).",
+                s.MIGRATIONS_MANAGED_DEFAULT,
+            ),
+        },
+    }
+
+
+def _pod_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Overrides for the worker and reaper pods.",
+        "default": {},
+        "properties": {
+            "resources": {
+                "type": "object",
+                "description": "Container resources (requests/limits).",
+                "properties": {
+                    "limits": {
+                        "type": "object",
+                        "additionalProperties": _quantity(),
+                    },
+                    "requests": {
+                        "type": "object",
+                        "additionalProperties": _quantity(),
+                    },
+                },
+            },
+            "env": {
+                "type": "array",
+                "description": "Extra container environment variables.",
+                "maxItems": 128,
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "value": {"type": "string"},
+                        "valueFrom": {
                             "type": "object",
-                            "required": ["name"],
-                            "properties": {"name": {"type": "string"}},
+                            "x-kubernetes-preserve-unknown-fields": True,
                         },
                     },
+                },
+            },
+            "nodeSelector": _str_map("Node selector of the pods."),
+            "tolerations": {
+                "type": "array",
+                "description": "Tolerations of the pods.",
+                "maxItems": 64,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "key": {"type": "string"},
+                        "operator": {"type": "string", "enum": ["Exists", "Equal"]},
+                        "value": {"type": "string"},
+                        "effect": {
+                            "type": "string",
+                            "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"],
+                        },
+                        "tolerationSeconds": {"type": "integer", "format": "int64"},
+                    },
+                },
+            },
+            "labels": _str_map("Extra pod labels (selector labels cannot be changed)."),
+            "annotations": _str_map("Extra pod annotations."),
+            "serviceAccountName": {
+                "type": "string",
+                "description": "ServiceAccount of the worker and reaper pods.",
+                "maxLength": 253,
+            },
+            "imagePullSecrets": {
+                "type": "array",
+                "description": "Secrets for pulling the image.",
+                "maxItems": 16,
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string"}},
                 },
             },
         },

@@ -10,8 +10,9 @@ import logging
 from collections.abc import Sequence
 
 from tenure.core.errors import ConfigError
-from tenure.operator.handlers import OperatorConfig, register
+from tenure.operator.handlers import register
 from tenure.operator.kube import Kube, KubeClient
+from tenure.operator.settings import OperatorConfig
 
 log = logging.getLogger(__name__)
 

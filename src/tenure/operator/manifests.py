@@ -1,8 +1,8 @@
-"""Pure builders: JobQueue spec -> child manifests (plain dicts, no owner references).
+"""Pure builders: a parsed JobQueue spec -> child manifests (plain dicts, no owner references).
 
-The kopf handlers add owner references (``kopf.adopt``) and apply the manifests with
-server-side apply, so every builder returns the *complete* desired object: a field left out
-here is removed from the live object on the next apply.
+The engine adds owner references (``kopf.adopt``) and applies the manifests with server-side
+apply, so every builder returns the *complete* desired object: a field left out here is
+removed from the live object on the next apply.
 
 Children of JobQueue ``NAME`` in its namespace:
 
@@ -14,23 +14,21 @@ Children of JobQueue ``NAME`` in its namespace:
 * ``NAME-migrate-HASH`` Job running ``tenure migrate`` with the queue's image (managed
   migrations), one per (image, schema, Secret reference): HASH changes when any of them does.
 
-Shared by every JobQueue of a namespace that names the same Secret, key and schema (one
-database and schema): ``tenure-exporter-HASH`` Deployment running ``tenure exporter``, its
-Service and ServiceMonitor, each owned by all of those JobQueues (garbage-collected with the
-last one). See :func:`exporter_group`.
+The shared ``tenure exporter`` of a database and schema is built in
+:mod:`tenure.operator.exporter`, from the pod pieces here.
 
 The pod templates carry ``tenure.dev/spec-hash``: a hash of the spec without ``scaling``
 (replica bounds do not change a pod), so any pod-shaping change rolls the pods and a scaling
-change does not.
+change does not. The engine computes it once per pass (:func:`spec_hash`) and hands it to
+the builders with the parsed spec.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from tenure.operator import spec as s
@@ -53,14 +51,8 @@ MIGRATION_BACKOFF_LIMIT = 2
 #: A migration Job still running after this many seconds is failed by the Job controller.
 MIGRATION_ACTIVE_DEADLINE_SECONDS = 600
 MIGRATION_HASH_LABEL = f"{s.GROUP}/migration-hash"
-#: Port of ``tenure exporter`` (its CLI default).
-EXPORTER_PORT = 9464
-EXPORTER_PREFIX = "tenure-exporter-"
-EXPORTER_DATABASE_ANNOTATION = f"{s.GROUP}/database"
-EXPORTER_RESOURCES: dict[str, Any] = {
-    "requests": {"cpu": "10m", "memory": "64Mi"},
-    "limits": {"memory": "128Mi"},
-}
+#: The JobQueue generation a migration Job was created for (see tenure.operator.migration).
+MIGRATION_GENERATION_ANNOTATION = f"{s.GROUP}/generation"
 
 
 def worker_name(name: str) -> str:
@@ -93,19 +85,6 @@ def migration_hash(spec: s.JobQueueSpec) -> str:
 
 def migration_job_name(name: str, spec: s.JobQueueSpec) -> str:
     return f"{name}-migrate-{migration_hash(spec)}"
-
-
-def exporter_key(namespace: str, spec: s.JobQueueSpec) -> str:
-    """One exporter per database and schema, as far as a namespace can tell: JobQueues naming
-    the same Secret, key and schema share it."""
-    blob = json.dumps(
-        [namespace, spec.secret_name, spec.secret_key, spec.schema], separators=(",", ":")
-    )
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:10]
-
-
-def exporter_name(namespace: str, spec: s.JobQueueSpec) -> str:
-    return EXPORTER_PREFIX + exporter_key(namespace, spec)
 
 
 def selector_labels(name: str, component: str) -> dict[str, str]:
@@ -173,7 +152,8 @@ def _env(spec: s.JobQueueSpec) -> list[dict[str, Any]]:
     return [e for e in base if e["name"] not in user_names] + user
 
 
-def _pod_spec_common(spec: s.JobQueueSpec) -> dict[str, Any]:
+def pod_spec_common(spec: s.JobQueueSpec) -> dict[str, Any]:
+    """The pod settings every child shares (workers, reaper, migration Job, exporter)."""
     pod: dict[str, Any] = {
         "securityContext": pod_security_context(),
         "automountServiceAccountToken": False,
@@ -267,11 +247,7 @@ def termination_grace_seconds(spec: s.JobQueueSpec) -> int:
 
 
 def build_deployment(
-    name: str,
-    namespace: str,
-    spec: s.JobQueueSpec,
-    raw_spec: Mapping[str, Any],
-    replicas: int,
+    name: str, namespace: str, spec: s.JobQueueSpec, hash_: str, replicas: int
 ) -> dict[str, Any]:
     """Worker Deployment with ``replicas`` (the scaler's figure, or the current one)."""
     container = _container(spec, "worker", worker_args(spec))
@@ -292,7 +268,7 @@ def build_deployment(
         "timeoutSeconds": 3,
         "failureThreshold": 2,
     }
-    pod_spec = _pod_spec_common(spec)
+    pod_spec = pod_spec_common(spec)
     pod_spec["terminationGracePeriodSeconds"] = termination_grace_seconds(spec)
     pod_spec["containers"] = [container]
     return {
@@ -312,18 +288,16 @@ def build_deployment(
                 "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0},
             },
             "template": {
-                "metadata": _pod_metadata(name, "worker", spec, spec_hash(raw_spec)),
+                "metadata": _pod_metadata(name, "worker", spec, hash_),
                 "spec": pod_spec,
             },
         },
     }
 
 
-def build_cronjob(
-    name: str, namespace: str, spec: s.JobQueueSpec, raw_spec: Mapping[str, Any]
-) -> dict[str, Any]:
+def build_cronjob(name: str, namespace: str, spec: s.JobQueueSpec, hash_: str) -> dict[str, Any]:
     """Reaper CronJob: one ``tenure reaper --once`` per tick, never two at a time."""
-    pod_spec = _pod_spec_common(spec)
+    pod_spec = pod_spec_common(spec)
     pod_spec["restartPolicy"] = "Never"
     pod_spec["containers"] = [_container(spec, "reaper", reaper_args(spec))]
     return {
@@ -348,7 +322,7 @@ def build_cronjob(
                     "activeDeadlineSeconds": REAPER_ACTIVE_DEADLINE_SECONDS,
                     "ttlSecondsAfterFinished": 3600,
                     "template": {
-                        "metadata": _pod_metadata(name, "reaper", spec, spec_hash(raw_spec)),
+                        "metadata": _pod_metadata(name, "reaper", spec, hash_),
                         "spec": pod_spec,
                     },
                 },
@@ -416,28 +390,34 @@ def build_service_monitor(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def build_migration_job(name: str, namespace: str, spec: s.JobQueueSpec) -> dict[str, Any]:
+def build_migration_job(
+    name: str, namespace: str, spec: s.JobQueueSpec, generation: int | None = None
+) -> dict[str, Any]:
     """``tenure migrate`` with the queue's image against the queue's database and schema.
 
     The container's last log lines become its termination message on failure, so the
     operator can tell "schema newer than this code" from an unreachable database. No TTL:
     the succeeded Job is the record that this image's schema is in place (older ones are
-    deleted once a newer one succeeded).
+    deleted once a newer one succeeded). ``generation``: the JobQueue's, recorded so that
+    only Jobs of older specs are retired.
     """
-    pod_spec = _pod_spec_common(spec)
+    pod_spec = pod_spec_common(spec)
     pod_spec["restartPolicy"] = "Never"
     container = _container(spec, "migrate", ["migrate"])
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     pod_spec["containers"] = [container]
     labels = {**common_labels(name, "migrate"), MIGRATION_HASH_LABEL: migration_hash(spec)}
+    metadata: dict[str, Any] = {
+        "name": migration_job_name(name, spec),
+        "namespace": namespace,
+        "labels": labels,
+    }
+    if generation is not None:
+        metadata["annotations"] = {MIGRATION_GENERATION_ANNOTATION: str(generation)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": migration_job_name(name, spec),
-            "namespace": namespace,
-            "labels": labels,
-        },
+        "metadata": metadata,
         "spec": {
             "backoffLimit": MIGRATION_BACKOFF_LIMIT,
             "activeDeadlineSeconds": MIGRATION_ACTIVE_DEADLINE_SECONDS,
@@ -449,216 +429,23 @@ def build_migration_job(name: str, namespace: str, spec: s.JobQueueSpec) -> dict
     }
 
 
-def exporter_labels(namespace: str, spec: s.JobQueueSpec) -> dict[str, str]:
-    return common_labels(exporter_name(namespace, spec), "exporter")
-
-
-def build_exporter_deployment(
-    namespace: str, spec: s.JobQueueSpec, owners: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """``tenure exporter`` for one database and schema, owned by every JobQueue using it.
-
-    ``spec`` is the oldest owner's (image, pull policy and secrets come from it); the DSN is
-    read from the shared Secret reference. One replica with Recreate: a second copy would
-    only serve the same figures twice (dashboards and alerts take ``max`` per queue anyway).
-    """
-    name = exporter_name(namespace, spec)
-    pod_spec = _pod_spec_common(spec)
-    pod_spec.pop("nodeSelector", None)
-    pod_spec.pop("tolerations", None)
-    pod_spec.pop("serviceAccountName", None)
-    env: list[dict[str, Any]] = [
-        {
-            "name": "TENURE_DATABASE_URL",
-            "valueFrom": {"secretKeyRef": {"name": spec.secret_name, "key": spec.secret_key}},
-        },
-        {"name": "TENURE_SCHEMA", "value": spec.schema},
-        {"name": "TENURE_HOME", "value": "/tmp/tenure"},
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-    ]
-    container: dict[str, Any] = {
-        "name": "exporter",
-        "image": spec.image,
-        "imagePullPolicy": spec.image_pull_policy,
-        "args": ["exporter", "--port", str(EXPORTER_PORT)],
-        "env": env,
-        "ports": [{"name": METRICS_PORT_NAME, "containerPort": EXPORTER_PORT, "protocol": "TCP"}],
-        "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": METRICS_PORT_NAME},
-            "periodSeconds": 20,
-            "timeoutSeconds": 5,
-            "failureThreshold": 3,
-        },
-        # Ready while the database answers: an unreachable database shows as a not-ready
-        # pod, while /metrics keeps serving tenure_exporter_errors_total for the alert.
-        "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": METRICS_PORT_NAME},
-            "periodSeconds": 10,
-            "timeoutSeconds": 5,
-            "failureThreshold": 3,
-        },
-        "resources": copy.deepcopy(EXPORTER_RESOURCES),
-        "securityContext": container_security_context(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
-    pod_spec["containers"] = [container]
-    labels = exporter_labels(namespace, spec)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": {
-                EXPORTER_DATABASE_ANNOTATION: (
-                    f"secret {spec.secret_name}/{spec.secret_key}, schema {spec.schema}"
-                )
-            },
-            "ownerReferences": owners,
-        },
-        "spec": {
-            "replicas": 1,
-            "revisionHistoryLimit": 3,
-            "selector": {"matchLabels": selector_labels(name, "exporter")},
-            "strategy": {"type": "Recreate"},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
-        },
-    }
-
-
-def build_exporter_service(
-    namespace: str, spec: s.JobQueueSpec, owners: list[dict[str, Any]]
-) -> dict[str, Any]:
-    name = exporter_name(namespace, spec)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": exporter_labels(namespace, spec),
-            "ownerReferences": owners,
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector_labels(name, "exporter"),
-            "ports": [
-                {
-                    "name": METRICS_PORT_NAME,
-                    "port": EXPORTER_PORT,
-                    "targetPort": METRICS_PORT_NAME,
-                    "protocol": "TCP",
-                }
-            ],
-        },
-    }
-
-
-def build_exporter_service_monitor(
-    namespace: str, spec: s.JobQueueSpec, owners: list[dict[str, Any]]
-) -> dict[str, Any]:
-    name = exporter_name(namespace, spec)
-    labels = exporter_labels(namespace, spec)
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "ownerReferences": owners,
-        },
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "namespaceSelector": {"matchNames": [namespace]},
-            "endpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics", "interval": "30s"}],
-        },
-    }
-
-
-@dataclasses.dataclass(frozen=True)
-class ExporterGroup:
-    """The JobQueues of one namespace that share a database and schema (see exporter_key)."""
-
-    name: str
-    #: Spec of the oldest member (its image runs the exporter).
-    spec: s.JobQueueSpec
-    #: Owner references to every member, oldest first (none is the controller).
-    owners: tuple[dict[str, Any], ...]
-    #: Whether any member asks for a ServiceMonitor.
-    service_monitor: bool
-
-
-def exporter_groups(
-    namespace: str, jobqueues: Sequence[Mapping[str, Any]]
-) -> dict[str, ExporterGroup]:
-    """Group live JobQueues (not being deleted, spec valid, exporter wanted) by database."""
-    members: dict[str, list[tuple[str, str, s.JobQueueSpec, Mapping[str, Any]]]] = {}
-    for jq in jobqueues:
-        meta = jq.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            continue
-        try:
-            spec = s.parse_spec(jq.get("spec") or {})
-        except s.SpecError:
-            continue
-        if not spec.exporter:
-            continue
-        key = exporter_name(namespace, spec)
-        created = str(meta.get("creationTimestamp") or "")
-        members.setdefault(key, []).append((created, str(meta.get("name")), spec, meta))
-    groups: dict[str, ExporterGroup] = {}
-    for key, items in members.items():
-        items.sort(key=lambda item: (item[0], item[1]))
-        owners = tuple(
-            {
-                "apiVersion": s.API_VERSION,
-                "kind": s.KIND,
-                "name": str(meta.get("name")),
-                "uid": str(meta.get("uid")),
-                "controller": False,
-                "blockOwnerDeletion": True,
-            }
-            for _, _, _, meta in items
-        )
-        groups[key] = ExporterGroup(
-            name=key,
-            spec=items[0][2],
-            owners=owners,
-            service_monitor=any(spec.service_monitor for _, _, spec, _ in items),
-        )
-    return groups
-
-
-def build_exporter(
-    namespace: str, group: ExporterGroup, service_monitor_available: bool
-) -> list[dict[str, Any]]:
-    """The shared exporter's objects in apply order (Service, Deployment, ServiceMonitor)."""
-    owners = [dict(o) for o in group.owners]
-    out = [
-        build_exporter_service(namespace, group.spec, owners),
-        build_exporter_deployment(namespace, group.spec, owners),
-    ]
-    if group.service_monitor and service_monitor_available:
-        out.append(build_exporter_service_monitor(namespace, group.spec, owners))
-    return out
-
-
 def build_children(
     name: str,
     namespace: str,
-    raw_spec: Mapping[str, Any],
+    spec: s.JobQueueSpec,
+    hash_: str,
     replicas: int,
     service_monitor_available: bool,
 ) -> list[dict[str, Any]]:
-    """All children in apply order; the ServiceMonitor only when wanted and its API exists."""
-    spec = s.parse_spec(raw_spec)
+    """All children in apply order; the ServiceMonitor only when wanted and its API exists.
+
+    ``spec`` and ``hash_`` (:func:`spec_hash` of the raw spec) come from the engine, which
+    parses the spec once per pass."""
     children = [
         build_service(name, namespace, spec),
         build_pdb(name, namespace),
-        build_deployment(name, namespace, spec, raw_spec, replicas),
-        build_cronjob(name, namespace, spec, raw_spec),
+        build_deployment(name, namespace, spec, hash_, replicas),
+        build_cronjob(name, namespace, spec, hash_),
     ]
     if spec.service_monitor and service_monitor_available:
         children.append(build_service_monitor(name, namespace))

@@ -1,4 +1,4 @@
-"""spec -> child manifests (pure builders in tenure.operator.reconcile)."""
+"""spec -> child manifests (pure builders in tenure.operator.manifests)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tenure.operator import reconcile as rc
+from tenure.operator import manifests as rc
 from tenure.operator.spec import SpecError, parse_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -39,7 +39,8 @@ SPEC: dict[str, Any] = {
 
 
 def children(spec: dict[str, Any] = SPEC, replicas: int = 3, sm: bool = True) -> dict[str, dict[str, Any]]:
-    return {c["kind"]: c for c in rc.build_children("mail", "prod", spec, replicas, sm)}
+    built = rc.build_children("mail", "prod", parse_spec(spec), rc.spec_hash(spec), replicas, sm)
+    return {c["kind"]: c for c in built}
 
 
 def container(obj: dict[str, Any]) -> dict[str, Any]:
@@ -205,4 +206,5 @@ def test_example_manifest_builds() -> None:
     spec = parse_spec(jq["spec"])
     assert spec.secret_name == secret["metadata"]["name"]
     assert spec.secret_key in secret["stringData"]
-    assert len(rc.build_children(jq["metadata"]["name"], "default", jq["spec"], 1, True)) == 5
+    built = rc.build_children(jq["metadata"]["name"], "default", spec, rc.spec_hash(jq["spec"]), 1, True)
+    assert len(built) == 5
