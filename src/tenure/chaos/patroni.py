@@ -311,7 +311,9 @@ class PatroniCluster:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(m.home), "LANG": "C.UTF-8",
                "PYTHONUNBUFFERED": "1"}
         m.log = open(m.home / "patroni.log", "ab")
-        m.popen = subprocess.Popen(cmd, stdout=m.log, stderr=subprocess.STDOUT, env=env,
+        # cwd: the member runs as the database user, which may not enter the caller's directory (a 0700
+        # cwd made Patroni's multiprocessing spawn die on os.chdir); m.home is owned by that user.
+        m.popen = subprocess.Popen(cmd, stdout=m.log, stderr=subprocess.STDOUT, env=env, cwd=m.home,
                                    start_new_session=True)
 
     def stop(self) -> None:
