@@ -48,9 +48,9 @@ def test_patroni_switchover_and_kill_lose_nothing_in_sync_mode(tmp_path: Path) -
     result = subprocess.run([sys.executable, "-m", "tenure.cli", *COMMAND, "--report", str(report_path),
                              "--log-dir", str(tmp_path / "logs")],
                             env=env, cwd=private, capture_output=True, text=True, timeout=840)
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
     print(result.stdout)
     print(result.stderr[-3000:])
+    assert "Traceback" not in result.stderr
     assert report_path.exists(), f"no report (exit {result.returncode})"
     report = json.loads(report_path.read_text())
     figures = report["figures"]
