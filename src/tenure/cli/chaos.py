@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from tenure.chaos import harness as h
 from tenure.cli.common import command, count, duration, positive_int
 
@@ -46,7 +48,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
                              log_dir=Path(args.log_dir) if args.log_dir else None, progress=not args.quiet)
     try:
         report = harness.run_once()
-    except (RuntimeError, OSError) as e:
+    except (RuntimeError, OSError, psycopg.Error) as e:
         return _harness_failed(e)
     print(h.format_report(report))
     Path(args.report).write_text(report.to_json() + "\n", encoding="utf-8")
@@ -75,7 +77,7 @@ def _cmd_chaos_ha(args: argparse.Namespace, config: h.ChaosConfig) -> int:
                                 progress=not args.quiet, keep=args.keep)
     try:
         report = harness.run_ha()
-    except (RuntimeError, OSError) as e:  # ClusterError is a RuntimeError: a harness that could not run
+    except (RuntimeError, OSError, psycopg.Error) as e:  # ClusterError is a RuntimeError: a harness that could not run
         return _harness_failed(e)
     print(ha.format_ha_report(report))
     Path(args.report).write_text(report.to_json() + "\n", encoding="utf-8")
