@@ -38,11 +38,19 @@ def test_patroni_switchover_and_kill_lose_nothing_in_sync_mode(tmp_path: Path) -
     env = {k: v for k, v in os.environ.items() if k not in ("TENURE_DATABASE_URL", "TENURE_LOG_JSON")}
     env["TENURE_HOME"] = str(tmp_path / "home")
     report_path = tmp_path / "report.json"
+    # Started from a 0700 directory (issue 22 item 11): as root the members run as the database user, who
+    # cannot enter it; each member must get its own working directory or the bootstrap dies on os.chdir.
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "src"),
+                                         *filter(None, [env.get("PYTHONPATH")])])
     result = subprocess.run([sys.executable, "-m", "tenure.cli", *COMMAND, "--report", str(report_path),
                              "--log-dir", str(tmp_path / "logs")],
-                            env=env, capture_output=True, text=True, timeout=840)
+                            env=env, cwd=private, capture_output=True, text=True, timeout=840)
     print(result.stdout)
     print(result.stderr[-3000:])
+    assert "Traceback" not in result.stderr
     assert report_path.exists(), f"no report (exit {result.returncode})"
     report = json.loads(report_path.read_text())
     figures = report["figures"]

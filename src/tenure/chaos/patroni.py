@@ -65,6 +65,29 @@ def patroni_bin(tool: str = "patroni") -> Path:
     return path
 
 
+def _make_patroni_readable(home: Path) -> None:
+    """Let the database user run the Patroni venv under ``home`` (by default in root's 0700 home).
+
+    Parents get search permission only (o+x, no listing); the venv's files become world-readable and its
+    directories and executables world-searchable. Nothing in the venv is secret.
+    """
+    for parent in home.parents:
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            parent.chmod(mode | 0o001)
+    for root, dirs, files in os.walk(home):
+        for name in dirs:
+            d = Path(root) / name
+            d.chmod(d.stat().st_mode | 0o055)
+        for name in files:
+            f = Path(root) / name
+            if f.is_symlink():
+                continue
+            mode = f.stat().st_mode
+            f.chmod(mode | 0o044 | (0o011 if mode & 0o100 else 0))
+    home.chmod(home.stat().st_mode | 0o055)
+
+
 def netns_available() -> bool:
     """Network namespaces need root and iproute2."""
     return os.geteuid() == 0 and shutil.which("ip") is not None
@@ -286,6 +309,7 @@ class PatroniCluster:
             self.base.chmod(0o755)
             if user is not None:
                 _make_traversable(self.base)
+                _make_patroni_readable(patroni.parent.parent)
             for m in self.members:
                 for sub in ("", "raft", "sock"):
                     (m.home / sub).mkdir(parents=True, exist_ok=True)
@@ -311,7 +335,9 @@ class PatroniCluster:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(m.home), "LANG": "C.UTF-8",
                "PYTHONUNBUFFERED": "1"}
         m.log = open(m.home / "patroni.log", "ab")
-        m.popen = subprocess.Popen(cmd, stdout=m.log, stderr=subprocess.STDOUT, env=env,
+        # cwd: the member runs as the database user, which may not enter the caller's directory (a 0700
+        # cwd made Patroni's multiprocessing spawn die on os.chdir); m.home is owned by that user.
+        m.popen = subprocess.Popen(cmd, stdout=m.log, stderr=subprocess.STDOUT, env=env, cwd=m.home,
                                    start_new_session=True)
 
     def stop(self) -> None:

@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from tenure.chaos import harness as h
 from tenure.cli.common import command, count, duration, positive_int
@@ -43,11 +46,21 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     harness = h.ChaosHarness(config, dsn=dsn, schema=args.run_schema,
                              datadir=Path(args.datadir) if args.datadir else None, keep=args.keep,
                              log_dir=Path(args.log_dir) if args.log_dir else None, progress=not args.quiet)
-    report = harness.run_once()
+    try:
+        report = harness.run_once()
+    except (RuntimeError, OSError, psycopg.Error) as e:
+        return _harness_failed(e)
     print(h.format_report(report))
     Path(args.report).write_text(report.to_json() + "\n", encoding="utf-8")
     print(f"report written to {args.report}")
     return 0 if report.ok else 1
+
+
+def _harness_failed(e: BaseException) -> int:
+    """A harness that could not run (cluster never healthy, database unreachable): one line on stderr, exit 2."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    print(f"tenure chaos: error: {type(e).__name__}: {first}", file=sys.stderr)
+    return 2
 
 
 def _cmd_chaos_ha(args: argparse.Namespace, config: h.ChaosConfig) -> int:
@@ -62,7 +75,10 @@ def _cmd_chaos_ha(args: argparse.Namespace, config: h.ChaosConfig) -> int:
     signal.signal(signal.SIGTERM, stop)
     harness = ha.HaChaosHarness(config, ha_config, log_dir=Path(args.log_dir) if args.log_dir else None,
                                 progress=not args.quiet, keep=args.keep)
-    report = harness.run_ha()
+    try:
+        report = harness.run_ha()
+    except (RuntimeError, OSError, psycopg.Error) as e:  # ClusterError is a RuntimeError: a harness that could not run
+        return _harness_failed(e)
     print(ha.format_ha_report(report))
     Path(args.report).write_text(report.to_json() + "\n", encoding="utf-8")
     print(f"report written to {args.report}")
