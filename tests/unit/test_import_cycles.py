@@ -1,0 +1,26 @@
+"""No import circle in `tenure` or `bench` (house style 10).
+
+Uses grimp (import-linter's graph library), which also sees imports made inside
+functions, so a circle hidden behind a lazy import fails here too.
+"""
+
+from __future__ import annotations
+
+import grimp
+import pytest
+
+
+def import_cycles(package: str) -> list[tuple[str, str]]:
+    """Pairs (module, imported) where `imported` leads back to `module`."""
+    graph = grimp.build_graph(package)
+    cycles = []
+    for module in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if graph.find_shortest_chain(importer=imported, imported=module):
+                cycles.append((module, imported))
+    return cycles
+
+
+@pytest.mark.parametrize("package", ["tenure", "bench"])
+def test_no_import_cycle(package: str) -> None:
+    assert import_cycles(package) == []
