@@ -6,12 +6,19 @@ functions, so a circle hidden behind a lazy import fails here too.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import grimp
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def import_cycles(package: str) -> list[tuple[str, str]]:
     """Pairs (module, imported) where `imported` leads back to `module`."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))  # bench/ is a top-level package of the checkout
     graph = grimp.build_graph(package)
     cycles = []
     for module in sorted(graph.modules):
