@@ -38,6 +38,7 @@ import psutil
 import psycopg
 
 from bench import stats
+from bench.console import log
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -363,7 +364,6 @@ def scenario_compare(server: Any, args: Any, rep: Any) -> None:
     keys = tuple(args.contenders or DEFAULT_SET)
     runs = args.runs
     results: dict[str, list[CompareResult]] = {k: [] for k in keys}
-    from bench.runner import log
     failures: list[str] = []
     for run, key in stats.interleave(list(keys), runs):
         try:

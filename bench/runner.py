@@ -28,6 +28,7 @@ import psycopg
 
 from bench import stats
 from bench.compare import CONTENDERS, scenario_compare
+from bench.console import log
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 from bench.systems import BEST_DRAIN, SYSTEMS, Progress, WorkerPlan, fill, install, parse_plan, producer_cmd, worker_cmd
 
@@ -36,10 +37,6 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DATADIR_DEFAULT = Path(os.environ.get("TENURE_BENCH_HOME", Path.home() / ".cache" / "tenure-bench")) / "pgdata"
 SCENARIOS = ("compare", "floor", "sweep", "drain", "latency", "reaper", "scale", "heartbeat", "rss")
 POLL = 0.05
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # -- server -----------------------------------------------------------------------------------

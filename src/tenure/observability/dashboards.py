@@ -268,23 +268,6 @@ def overview(t: AlertThresholds) -> Any:
             thresholds=[float(t.dead_letter_max_jobs) + 1] if t.dead_letter_max_jobs else [],
         ),
         PanelSpec(
-            "Dead-lettered (jobs/s)",
-            "Jobs moved to the DLQ by workers (by error code) and by the reaper (attempts"
-            " exhausted on an expired lease).",
-            [
-                Query(
-                    f"sum by (queue, error_code) ({rate('tenure_jobs_dead_lettered_total')})",
-                    "{{queue}} {{error_code}}",
-                ),
-                Query(
-                    "sum by (queue) (max by (queue, owner_status) "
-                    f"({rate('tenure_queue_reaps_total', DEAD_LETTERED)}))",
-                    "{{queue}} reaper",
-                ),
-            ],
-            unit="ops",
-        ),
-        PanelSpec(
             "Running (DB) vs in flight (workers)",
             "Running rows in the database against handlers the workers report running. A gap"
             " that persists is zombie jobs: rows marked running that no live handler holds.",
