@@ -19,8 +19,10 @@ from typing import Any
 import psycopg
 
 from tenure.core.errors import (
+    AmbiguousError,
     EffectInDoubt,
     EffectUnrecorded,
+    JobFailure,
     LeaseLost,
     PermanentError,
     classify_exception,
@@ -40,6 +42,26 @@ EFFECT_RECORD_BACKOFF_MAX = 1.0
 Reconcile = Callable[[str], str | None]
 """``reconcile(key)``: ask the provider whether the effect keyed ``key`` happened; return its
 reference (the effect is recorded as succeeded and skipped) or None (not done: run the body)."""
+
+
+IN_DOUBT_FAILURE_CODES = frozenset({"timeout", "connection_error"})
+"""Failure codes (``classify_exception``) of an exception that may come after the request left:
+a timeout or a broken connection says nothing about whether the provider applied it."""
+
+
+def may_have_applied(exc: BaseException, failure: JobFailure | None) -> bool:
+    """Whether an exception raised inside an effect body leaves the effect in doubt.
+
+    True for :class:`AmbiguousError` (the handler says the request was sent), timeouts and
+    connection errors, including a database connection lost in the body (``psycopg``'s
+    ``OperationalError``: a server can commit a statement and then end the connection before
+    its answer, as a fast shutdown does). Any other exception means the body failed before its
+    effect, and the key may be retried at once. Limits: a handler whose provider reports a lost
+    answer some other way should raise ``AmbiguousError``.
+    """
+    if isinstance(failure, AmbiguousError) or isinstance(exc, psycopg.OperationalError):
+        return True
+    return failure is not None and failure.code in IN_DOUBT_FAILURE_CODES
 
 
 class LeaseSignal:
@@ -348,9 +370,14 @@ class JobContext:
         except BaseException as exc:
             if eff.outcome == "claimed" and not eff._done and not eff._unrecorded:
                 failure = classify_exception(exc) if isinstance(exc, Exception) else None
-                permanent = isinstance(failure, PermanentError)
-                self._give_up_key(key, retrying=not permanent,
-                                  error_code=failure.code if failure else "interrupted")
+                if may_have_applied(exc, failure):
+                    # The request may have reached the provider (its answer was lost): the next
+                    # attempt must reconcile, not re-run the body blindly (issue 22, item 7).
+                    self._give_up_key(key, retrying=True, error_code="in_doubt")
+                else:
+                    permanent = isinstance(failure, PermanentError)
+                    self._give_up_key(key, retrying=not permanent,
+                                      error_code=failure.code if failure else "interrupted")
             raise
         finally:
             if self._effect_hook is not None and eff.outcome == "claimed":
