@@ -184,6 +184,7 @@ class Effect:
             ctx._count_stale("effect_succeed")
             raise LeaseLost(f"effect {self.key!r} was taken over by another attempt")
         self.result_ref = result_ref
+        ctx._recorded(self.key)
 
 
 @dataclass
@@ -404,6 +405,7 @@ class JobContext:
         if not ok:
             self._count_stale("effect_succeed")
             raise LeaseLost(f"effect {key!r} was taken over by another attempt")
+        self._recorded(key)
         return "already_succeeded", ref
 
     def _give_up_key(self, key: str, *, retrying: bool, error_code: str) -> None:
@@ -419,6 +421,13 @@ class JobContext:
     """Counts an effect's idempotency check (hit: the effect already succeeded)."""
     _effect_hook: Callable[[JobContext, bool], None] | None = None
     """Told when a claimed effect opens (True) and closes (False): the heartbeat keeps its key."""
+
+    _on_effect_recorded: Callable[[JobContext, str], None] | None = None
+    """Told when an effect's success was acknowledged (re-checked after a reconnect)."""
+
+    def _recorded(self, key: str) -> None:
+        if self._on_effect_recorded is not None:
+            self._on_effect_recorded(self, key)
 
     def _dedup(self, hit: bool) -> None:
         if self._dedup_hook is not None:
