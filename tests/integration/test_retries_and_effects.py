@@ -72,8 +72,21 @@ def test_error_classes_route_failures(dsn: str, schema: str, repo: Repository) -
     def ambiguous_unguarded(ctx: JobContext) -> None:
         raise AmbiguousError("timeout after send", code="timeout_after_send")
 
+    in_doubt_seen: list[bool] = []
+
     @app.task("ambiguous_guarded")
     def ambiguous_guarded(ctx: JobContext) -> None:
+        # The provider deduplicates the key itself, so reconcile may answer "send again" (None).
+        with ctx.effect(f"pay:{ctx.job_id}:v1", reconcile=lambda key: None) as eff:
+            if ctx.attempt == 1:
+                raise AmbiguousError("timeout after send")
+            in_doubt_seen.append(eff.in_doubt)
+            eff.succeeded("ok")
+
+    @app.task("ambiguous_guarded_unreconciled")
+    def ambiguous_guarded_unreconciled(ctx: JobContext) -> None:
+        # Issue 22, item 7: the request may have been applied, so the key is in doubt, and
+        # without reconcile the next attempt dead-letters instead of re-running the body.
         with ctx.effect(f"pay:{ctx.job_id}:v1") as eff:
             if ctx.attempt == 1:
                 raise AmbiguousError("timeout after send")
@@ -95,14 +108,16 @@ def test_error_classes_route_failures(dsn: str, schema: str, repo: Repository) -
         return None
 
     ids = {name: repo.enqueue(name, {"n": "x"} if name == "validated" else {}).id
-           for name in ("permanent", "ambiguous_unguarded", "ambiguous_guarded", "rate_limited", "timeout",
-                        "validated")}
+           for name in ("permanent", "ambiguous_unguarded", "ambiguous_guarded", "ambiguous_guarded_unreconciled",
+                        "rate_limited", "timeout", "validated")}
     run_burst(app, dsn, schema)
     status = {name: repo.get_job(i) for name, i in ids.items()}
     assert status["permanent"]["status"] == "failed" and status["permanent"]["attempt_count"] == 1  # type: ignore[index]
     assert status["permanent"]["last_error_code"] == "bad_credentials"  # type: ignore[index]
     assert status["ambiguous_unguarded"]["last_error_code"] == "ambiguous_unguarded"  # type: ignore[index]
     assert status["ambiguous_guarded"]["status"] == "completed"  # type: ignore[index]
+    assert in_doubt_seen == [True]
+    assert status["ambiguous_guarded_unreconciled"]["last_error_code"] == "effect_in_doubt"  # type: ignore[index]
     assert status["rate_limited"]["status"] == "completed"  # type: ignore[index]
     retry = [e for e in repo.job_events(ids["rate_limited"]) if e["event"] == "retry_scheduled"]
     assert retry[0]["detail"]["delay_seconds"] == pytest.approx(0.3) and retry[0]["reason"] == "rate_limited"

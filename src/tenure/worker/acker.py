@@ -26,6 +26,7 @@ from tenure.core.repository import Repository
 from tenure.core.service import ServiceConnection
 from tenure.worker.metrics import WorkerMetrics, observe_many
 from tenure.worker.outcomes import Outcome
+from tenure.worker.recheck import OutcomeRecheck
 from tenure.worker.slots import Slots
 
 log = logging.getLogger("tenure.worker")
@@ -52,13 +53,15 @@ class Acker:
     def __init__(self, *, dsn: str, schema: str, worker_id: str, slots: Slots, metrics: WorkerMetrics,
                  completed: Callable[[tuple[str, str]], Any],
                  runtime: Callable[[tuple[str, str]], Any] | None = None,
-                 redaction: Redaction = Redaction()) -> None:
+                 redaction: Redaction = Redaction(), recheck: OutcomeRecheck | None = None) -> None:
         self.schema, self.worker_id = schema, worker_id
         self.slots, self.metrics, self.redaction = slots, metrics, redaction
         self._completed = completed
         """The completed-jobs counter child of a (queue, task), cached by the runtime."""
         self._runtime = runtime or (lambda labels: metrics.runtime.labels(*labels))
         """The runtime histogram child of a (queue, task): handler times are observed here, per batch."""
+        self.recheck = recheck or OutcomeRecheck(worker_id=worker_id, counter=metrics.outcomes_in_doubt)
+        """The last acknowledged outcomes, re-read after this thread reconnects (a failover)."""
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._conn = ServiceConnection(dsn, f"tenure-ack:{worker_id}", log=log, retry_after_stop=True)
         self._thread: threading.Thread | None = None
@@ -83,16 +86,31 @@ class Acker:
             self._observe_runtimes(batch)
             while batch:
                 try:
-                    batch = self.write(Repository(self._conn.get(), self.schema), batch)
+                    repo = Repository(self._conn.get(), self.schema)
+                    if self.recheck.pending:
+                        self._recheck(repo, batch)
+                    batch = self.write(repo, batch)
                 except _Interrupted as exc:
                     # Dead connection, or a demoted primary (25006): reconnect (a multi-host DSN
-                    # finds the new primary) and write what is left again; never drop it.
+                    # finds the new primary) and write what is left again; never drop it. What
+                    # the old connection acknowledged is re-checked first (recheck.py).
                     log.warning("acknowledgement failed, retrying: %s", first_line(exc.cause))
                     self.metrics.db_reconnects.labels("ack").inc()
                     batch = exc.rest
+                    self.recheck.epoch_ended()
                     self._conn.reset()
                     threading.Event().wait(RETRY_PAUSE_DEFAULT)
         self._conn.close()
+
+    def _recheck(self, repo: Repository, batch: list[Outcome]) -> None:
+        """Re-read what the previous connection acknowledged, before writing anything new."""
+        try:
+            self.recheck.run_once(repo)
+        except psycopg.Error as exc:
+            if needs_reconnect(exc):
+                raise _Interrupted(batch, exc) from exc
+            log.error("could not re-check the last acknowledged outcomes: %s", first_line(exc))
+            self.recheck.forget()
 
     def _observe_runtimes(self, batch: list[Outcome]) -> None:
         """The handlers' wall times, one histogram update per (queue, task) of the batch; each
@@ -156,6 +174,7 @@ class Acker:
         completes = [o for o in batch if o.kind == "complete"]
         if completes:
             accepted = repo.complete_many(self.worker_id, [(o.ctx.job.id, o.ctx.lock_token) for o in completes])
+            self.recheck.completed([(o.ctx.job.id, o.ctx.lock_token) for o in completes if accepted.get(o.ctx.job.id)])
             counts: dict[tuple[str, str], int] = {}
             for o in completes:
                 labels = (o.ctx.job.queue, o.ctx.job.task)

@@ -19,8 +19,10 @@ from typing import Any
 import psycopg
 
 from tenure.core.errors import (
+    AmbiguousError,
     EffectInDoubt,
     EffectUnrecorded,
+    JobFailure,
     LeaseLost,
     PermanentError,
     classify_exception,
@@ -40,6 +42,26 @@ EFFECT_RECORD_BACKOFF_MAX = 1.0
 Reconcile = Callable[[str], str | None]
 """``reconcile(key)``: ask the provider whether the effect keyed ``key`` happened; return its
 reference (the effect is recorded as succeeded and skipped) or None (not done: run the body)."""
+
+
+IN_DOUBT_FAILURE_CODES = frozenset({"timeout", "connection_error"})
+"""Failure codes (``classify_exception``) of an exception that may come after the request left:
+a timeout or a broken connection says nothing about whether the provider applied it."""
+
+
+def may_have_applied(exc: BaseException, failure: JobFailure | None) -> bool:
+    """Whether an exception raised inside an effect body leaves the effect in doubt.
+
+    True for :class:`AmbiguousError` (the handler says the request was sent), timeouts and
+    connection errors, including a database connection lost in the body (``psycopg``'s
+    ``OperationalError``: a server can commit a statement and then end the connection before
+    its answer, as a fast shutdown does). Any other exception means the body failed before its
+    effect, and the key may be retried at once. Limits: a handler whose provider reports a lost
+    answer some other way should raise ``AmbiguousError``.
+    """
+    if isinstance(failure, AmbiguousError) or isinstance(exc, psycopg.OperationalError):
+        return True
+    return failure is not None and failure.code in IN_DOUBT_FAILURE_CODES
 
 
 class LeaseSignal:
@@ -162,6 +184,7 @@ class Effect:
             ctx._count_stale("effect_succeed")
             raise LeaseLost(f"effect {self.key!r} was taken over by another attempt")
         self.result_ref = result_ref
+        ctx._recorded(self.key)
 
 
 @dataclass
@@ -348,9 +371,14 @@ class JobContext:
         except BaseException as exc:
             if eff.outcome == "claimed" and not eff._done and not eff._unrecorded:
                 failure = classify_exception(exc) if isinstance(exc, Exception) else None
-                permanent = isinstance(failure, PermanentError)
-                self._give_up_key(key, retrying=not permanent,
-                                  error_code=failure.code if failure else "interrupted")
+                if may_have_applied(exc, failure):
+                    # The request may have reached the provider (its answer was lost): the next
+                    # attempt must reconcile, not re-run the body blindly (issue 22, item 7).
+                    self._give_up_key(key, retrying=True, error_code="in_doubt")
+                else:
+                    permanent = isinstance(failure, PermanentError)
+                    self._give_up_key(key, retrying=not permanent,
+                                      error_code=failure.code if failure else "interrupted")
             raise
         finally:
             if self._effect_hook is not None and eff.outcome == "claimed":
@@ -377,6 +405,7 @@ class JobContext:
         if not ok:
             self._count_stale("effect_succeed")
             raise LeaseLost(f"effect {key!r} was taken over by another attempt")
+        self._recorded(key)
         return "already_succeeded", ref
 
     def _give_up_key(self, key: str, *, retrying: bool, error_code: str) -> None:
@@ -392,6 +421,13 @@ class JobContext:
     """Counts an effect's idempotency check (hit: the effect already succeeded)."""
     _effect_hook: Callable[[JobContext, bool], None] | None = None
     """Told when a claimed effect opens (True) and closes (False): the heartbeat keeps its key."""
+
+    _on_effect_recorded: Callable[[JobContext, str], None] | None = None
+    """Told when an effect's success was acknowledged (re-checked after a reconnect)."""
+
+    def _recorded(self, key: str) -> None:
+        if self._on_effect_recorded is not None:
+            self._on_effect_recorded(self, key)
 
     def _dedup(self, hit: bool) -> None:
         if self._dedup_hook is not None:

@@ -38,6 +38,7 @@ from tenure.worker.app import App, Task
 from tenure.worker.context import JobContext
 from tenure.worker.metrics import WorkerMetrics, observe_many
 from tenure.worker.outcomes import Outcome
+from tenure.worker.recheck import OutcomeRecheck, RecheckConfig
 from tenure.worker.slots import Slots
 from tenure.worker.timeouts import Deadlines
 
@@ -72,15 +73,18 @@ class Executor:
 
     def __init__(self, app: App, *, dsn: str, schema: str, worker_id: str, lease: float, concurrency: int,
                  metrics: WorkerMetrics, retry: RetryPolicy | None, redaction: Redaction,
-                 heartbeat_now: Callable[[], None], on_done: Callable[[], None]) -> None:
+                 heartbeat_now: Callable[[], None], on_done: Callable[[], None],
+                 recheck: RecheckConfig = RecheckConfig()) -> None:
         self.app, self.dsn, self.schema, self.worker_id, self.lease = app, dsn, schema, worker_id, lease
         self.metrics, self.retry, self.redaction = metrics, retry, redaction
         self._on_done = on_done
         self._task_metrics: dict[tuple[str, str], _TaskMetrics] = {}
         self.slots = Slots(concurrency, on_idle=on_done)
+        self.recheck = OutcomeRecheck(recheck, worker_id=worker_id, counter=metrics.outcomes_in_doubt)
         self.acker = Acker(dsn=dsn, schema=schema, worker_id=worker_id, slots=self.slots, metrics=metrics,
                            completed=lambda labels: self._tm(labels).completed,
-                           runtime=lambda labels: self._tm(labels).runtime, redaction=redaction)
+                           runtime=lambda labels: self._tm(labels).runtime, redaction=redaction,
+                           recheck=self.recheck)
         self._pool = ThreadPoolExecutor(max_workers=concurrency * 2 + 1, thread_name_prefix="tenure-job")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -91,7 +95,8 @@ class Executor:
                                          _on_stale=self._count_stale, _heartbeat_now=heartbeat_now,
                                          _on_lease_lost=self._count_lease_lost,
                                          _dedup_hook=self._count_effect_dedup,
-                                         _effect_hook=self.slots.effect_changed)
+                                         _effect_hook=self.slots.effect_changed,
+                                         _on_effect_recorded=self._effect_recorded)
         if any(t.is_async for t in app.tasks.values()):
             self._start_async_loop()
 
@@ -248,6 +253,10 @@ class Executor:
         self.metrics.dedup_checks.labels(*labels).inc()
         if hit:
             self.metrics.dedup_hits.labels(*labels).inc()
+
+    def _effect_recorded(self, ctx: JobContext, key: str) -> None:
+        """An effect's success was acknowledged: remember it for the re-check after a reconnect."""
+        self.recheck.effect_succeeded(key, ctx.job.id, ctx.lock_token)
 
     def _borrow_repo(self, fresh: bool = False) -> _Borrowed:
         return _Borrowed(self, fresh)

@@ -71,6 +71,11 @@ class WorkerMetrics:
                                        buckets=LATENCY_BUCKETS, registry=registry)
         self.db_reconnects = Counter("tenure_db_reconnects", "Database connections re-opened after an error "
                                      "(a failover moves the primary).", ["role"], registry=registry)
+        self.outcomes_in_doubt = Counter(
+            "tenure_worker_outcomes_in_doubt", "Acknowledged outcomes missing from the database after a reconnect "
+            "(a failover with asynchronous replication lost them): kind completion|effect; resolution rewritten "
+            "(written again under the same token) or in_doubt (the job runs again / the effect key is in doubt).",
+            ["kind", "resolution"], registry=registry)
         self.heartbeat_timestamp = Gauge("tenure_worker_heartbeat_timestamp_seconds",
                                          "Unix time of the last successful heartbeat loop.", registry=registry)
 

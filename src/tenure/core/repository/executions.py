@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from tenure.core.repository.base import RepositoryBase
 from tenure.core.repository.specs import Row
@@ -30,6 +31,16 @@ class ExecutionQueries(RepositoryBase):
         With ``error_code='in_doubt'`` the next claim is in doubt too."""
         return self._one("execution_fail", {"key": key, "token": token, "error_code": error_code,
                                             "status": "retrying" if retrying else "failed"}) is not None
+
+    def execution_recheck(self, acked: Sequence[tuple[str, uuid.UUID]]) -> list[Row]:
+        """``[{key, token, status, token_current}]`` for (key, token) pairs whose success was
+        acknowledged; ``status`` is None when the row is missing (a failover lost it)."""
+        return self._rows("execution_recheck", {"keys": [a[0] for a in acked], "tokens": [a[1] for a in acked]})
+
+    def execution_mark_in_doubt(self, key: str, job_id: int, token: uuid.UUID) -> bool:
+        """Make a key whose acknowledged success is missing in doubt; False if another live
+        claim holds it (or it succeeded after all)."""
+        return self._one("execution_mark_in_doubt", {"key": key, "job_id": job_id, "token": token}) is not None
 
     def execution_get(self, key: str) -> Row | None:
         return self._one("execution_get", {"key": key})

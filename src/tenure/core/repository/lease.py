@@ -18,7 +18,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from tenure.core.repository.base import RepositoryBase
-from tenure.core.repository.specs import PRIORITY_DEFAULT
+from tenure.core.repository.specs import PRIORITY_DEFAULT, Row
 
 PRIORITY_AGING_DEFAULT = 300.0
 """Seconds a job may wait ready before it is claimed ahead of every priority (starvation bound)."""
@@ -145,6 +145,12 @@ class LeaseQueries(RepositoryBase):
             "max_effect_hold": float(max_effect_hold if max_effect_hold is not None else max_lease_total)})
         return [HeartbeatOutcome(r["id"], r["outcome"], r["lease_expires_at"], r["remaining_seconds"])
                 for r in rows]
+
+    def completion_recheck(self, acked: Sequence[tuple[int, uuid.UUID]]) -> list[Row]:
+        """``[{id, token, held, token_current}]`` for acknowledged completions: ``held`` when the
+        database has the completion by that token; ``token_current`` when the job still runs
+        under it (the completion was lost and may be written again)."""
+        return self._rows("job_completion_recheck", {"ids": [a[0] for a in acked], "tokens": [a[1] for a in acked]})
 
     def complete_many(self, worker_id: str, done: Sequence[tuple[int, uuid.UUID]]) -> dict[int, bool]:
         """Complete a batch; ``{id: accepted}``. Rejected ones are recorded as stale.

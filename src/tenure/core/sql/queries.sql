@@ -148,6 +148,15 @@ FROM held h
 LEFT JOIN renewed r ON r.id = h.id
 LEFT JOIN {schema}.jobs j ON j.id = h.id;
 
+-- name: job_completion_recheck
+-- After a reconnect: whether the database holds each acknowledged completion (its `completed` event with the token), and whether the token still holds the job.
+SELECT d.id, d.token,
+       EXISTS (SELECT 1 FROM {schema}.job_events e
+               WHERE e.job_id = d.id AND e.event = 'completed' AND e.lock_token = d.token) AS held,
+       (j.status::text = 'running' AND j.lock_token = d.token) AS token_current
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
+LEFT JOIN {schema}.jobs j ON j.id = d.id;
+
 -- name: job_complete_many
 -- Complete a batch of jobs, each a CAS on (id, running, worker, token); stale attempts are rejected and recorded.
 -- The `completed` row is the attempt record: token, worker, attempt, and in `detail` its fence and start.
@@ -517,6 +526,21 @@ SELECT CASE WHEN e.status = 'succeeded' THEN 'already_succeeded' ELSE 'leased_by
        e.result_ref, e.attempt_count
 FROM {schema}.job_executions e
 WHERE e.idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM claimed);
+
+-- name: execution_recheck
+-- After a reconnect: the execution-store rows of effects whose success this worker saw acknowledged (a failover may have lost them).
+SELECT k.key, k.token, e.status, (e.lock_token = k.token) AS token_current
+FROM unnest(%(keys)s::text[], %(tokens)s::uuid[]) AS k(key, token)
+LEFT JOIN {schema}.job_executions e ON e.idempotency_key = k.key;
+
+-- name: execution_mark_in_doubt
+-- An acknowledged success missing after a failover: the key becomes in doubt (the next claim reconciles, never runs it as new); a key held by another live claim is left alone.
+INSERT INTO {schema}.job_executions AS e (idempotency_key, status, job_id, lock_token, lease_until, last_error_code)
+VALUES (%(key)s, 'retrying', %(job_id)s, %(token)s, NULL, 'in_doubt')
+ON CONFLICT (idempotency_key) DO UPDATE
+SET status = 'retrying', lease_until = NULL, last_error_code = 'in_doubt', updated_at = now()
+WHERE e.status IN ('retrying', 'failed') OR (e.status = 'processing' AND e.lock_token = %(token)s)
+RETURNING idempotency_key;
 
 -- name: execution_succeed
 -- Record the effect's result; only the holder of the key's current claim may (CAS on the token).
