@@ -4,8 +4,8 @@ Conservative: it only looks at ``status='running' AND lease_expires_at < now() -
 database clock, where ``wait`` is the grace or, if longer, the owner's heartbeat interval from the
 worker registry (``heartbeat``, the floor, for an owner the registry does not know), at most
 ``batch`` rows a cycle, and each change is a compare-and-set on the token it read, so it can
-never undo a completion or touch a job that was reclaimed or renewed meanwhile (riverqueue/river#1302). Owners the registry still sees alive get ``alive_owner_grace``
-extra seconds (a slow database rather than a dead worker). A job's first lease expiry is
+never undo a completion or touch a job that was reclaimed or renewed meanwhile
+(riverqueue/river#1302). Owners the registry still sees alive get ``alive_owner_grace`` extra seconds (a slow database rather than a dead worker). A job's first lease expiry is
 requeued at once (and the queue notified), so a dead worker's job re-runs within
 :func:`recovery_bound`; only repeated expiries of the same job wait a full-jitter backoff (a job
 that keeps killing its workers must not crash-loop them). When attempts or lease expiries are
