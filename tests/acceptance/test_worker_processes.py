@@ -205,3 +205,18 @@ def test_demo_invoice_email_killed_mid_send_is_reconciled_not_dead_lettered(
     assert "dead_lettered" not in _events(repo, job_id)
     execution = repo.execution_get("invoice:7:email:v1")
     assert execution is not None and execution["status"] == "succeeded" and execution["result_ref"] == "msg-7"
+
+
+def test_a_reaper_with_a_grace_of_1s_keeps_running_next_to_a_worker_with_a_half_second_heartbeat(
+        spawn: Callable[..., Popen[bytes]], repo: Repository) -> None:
+    """Issue 22 item 5: `tenure reaper --interval 1 --grace 1` next to workers registered with
+    `--heartbeat 0.5` used to exit 2 (it assumed the default 5 s heartbeat)."""
+    spawn("worker", "--app", "acceptance_tasks:app", "--lease", "2", "--heartbeat", "0.5", "--poll-interval", "0.2")
+    wait_for(lambda: any(w["alive"] and float(w["heartbeat_seconds"]) == 0.5 for w in repo.worker_list()),
+             30, "the worker to register with a 0.5 s heartbeat")
+    reaper = spawn("reaper", "--interval", "1", "--grace", "1")
+    wait_for(lambda: (repo.reaper_cycles() or {}).get("cycles", 0) >= 2 or reaper.poll() is not None,
+             30, "two reaper cycles")
+    assert reaper.poll() is None, f"tenure reaper exited {reaper.returncode}"
+    reaper.send_signal(signal.SIGTERM)
+    assert reaper.wait(timeout=15) == 0

@@ -98,7 +98,9 @@ def test_eager_reaper_is_flagged_when_the_reaped_token_completes_later(dsn: str,
     _register(repo, "w-slow", 1.0)
     job_id = repo.enqueue("slowpoke").id
     [job] = repo.claim("w-slow", ["default"], 1, 0.2)
-    time.sleep(0.3)
+    # Expired for longer than the owner's registered 1 s heartbeat (the reaper's floor), by the database clock.
+    repo.conn.execute(f'UPDATE "{schema}".jobs SET lease_expires_at = now() - interval \'1.5 seconds\' WHERE id = %s',
+                      (job_id,))
     reaper = Reaper(ReaperConfig(grace=0.0, retry=RetryPolicy(60, 60, 5)), dsn=dsn, schema=schema,
                     rng=random.Random(1))
     assert [r.id for r in reaper.run_once()] == [job_id]

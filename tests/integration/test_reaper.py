@@ -100,15 +100,57 @@ def test_repeated_lease_expiry_dead_letters_with_its_own_cause(dsn: str, schema:
     assert row is not None and row["status"] == "failed" and row["lease_expiry_count"] == 3
 
 
+def _expire(repo: Repository, job_id: int, seconds_ago: float) -> None:
+    """Move a running job's lease expiry to ``seconds_ago`` before the database clock's now()."""
+    repo.conn.execute(f'UPDATE "{repo.schema}".jobs SET lease_expires_at = now() - make_interval(secs => %s) '
+                      "WHERE id = %s AND status = 'running'", (seconds_ago, job_id))
+
+
 def test_reaper_gives_live_owners_extra_grace(dsn: str, schema: str, repo: Repository) -> None:
     repo.worker_register("alive-w", host="h", pid=1, queues=["default"], concurrency=1,
                          heartbeat_seconds=10, version="t")
     job_id = repo.enqueue("t").id
-    repo.claim("alive-w", ["default"], 1, 0.1)
-    time.sleep(0.2)
+    repo.claim("alive-w", ["default"], 1, 30)
+    _expire(repo, job_id, 11)  # past the owner's 10 s heartbeat, within it plus the 5 s extra
     reaper = _reaper(dsn, schema, alive_owner_grace=5.0)
     assert reaper.run_once() == []
     assert _reaper(dsn, schema).run_once()[0].id == job_id
+
+
+@pytest.mark.parametrize("heartbeat, grace", [(8.0, 1.0), (0.5, 3.0)])
+def test_a_job_waits_its_registered_owners_heartbeat_or_the_grace_if_longer(
+        dsn: str, schema: str, repo: Repository, heartbeat: float, grace: float) -> None:
+    """Issue 22 item 5: the floor comes from the registry, judged by the database clock."""
+    repo.worker_register("w-reg", host="h", pid=1, queues=["default"], concurrency=1,
+                         heartbeat_seconds=heartbeat, version="t")
+    job_id = repo.enqueue("t").id
+    repo.claim("w-reg", ["default"], 1, 30)
+    reaper = _reaper(dsn, schema, grace=grace, heartbeat=0.1)  # the floor for unknown owners: not used
+    wait = max(heartbeat, grace)
+    _expire(repo, job_id, wait - 0.5)
+    assert reaper.run_once() == []
+    row = repo.get_job(job_id)
+    assert row is not None and row["status"] == "running"
+    _expire(repo, job_id, wait + 0.5)
+    [reaped] = reaper.run_once()
+    assert reaped.id == job_id and not reaped.dead
+    [event] = [e for e in repo.job_events(job_id) if e["event"] == "reaped_due_to_expired_lease"]
+    assert event["detail"]["owner"] == "w-reg"
+
+
+def test_a_job_of_an_owner_not_in_the_registry_waits_the_heartbeat_floor(dsn: str, schema: str,
+                                                                          repo: Repository) -> None:
+    job_id = repo.enqueue("t").id
+    repo.claim("w-unregistered", ["default"], 1, 30)
+    reaper = _reaper(dsn, schema, grace=1.0, heartbeat=6.0)
+    _expire(repo, job_id, 5.5)  # past the grace, within the floor
+    assert reaper.run_once() == []
+    _expire(repo, job_id, 6.5)
+    assert [r.id for r in reaper.run_once()] == [job_id]
+    # Without a floor (a library caller): the grace alone.
+    [again] = repo.claim("w-unregistered", ["default"], 1, 30)
+    _expire(repo, again.id, 1.5)
+    assert [r.id for r in _reaper(dsn, schema, grace=1.0).run_once()] == [again.id]
 
 
 def test_concurrent_reapers_never_double_transition(dsn: str, schema: str, repo: Repository) -> None:

@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 from tenure.cli.common import command, duration, port, positive_int
 from tenure.cli.reaper import add_reaper_options, reaper_config
 from tenure.core.backoff import RetryPolicy
+from tenure.core.errors import ConfigError
 from tenure.core.redaction import MASK_KEYS_DEFAULT, MAX_ERROR_CHARS_DEFAULT, Redaction
 from tenure.observability.http import serve
 from tenure.reaper.reaper import INTERVAL_DEFAULT as REAPER_CYCLE_DEFAULT
@@ -66,6 +67,8 @@ def worker_config(args: argparse.Namespace, queues: tuple[str, ...]) -> rt_mod.W
     --heartbeat) even when reaping is left to `tenure reaper`; the in-process reaper runs only with
     --reaper-interval > 0, at that interval."""
     in_process = args.reaper_interval > 0
+    if args.grace < args.heartbeat:
+        raise ConfigError(f"grace {args.grace:g}s must cover at least one heartbeat interval ({args.heartbeat:g}s)")
     reaper = reaper_config(args, interval=args.reaper_interval if in_process else REAPER_CYCLE_DEFAULT)
     retry = None
     if args.retry_max_attempts is not None:  # flag or TENURE_RETRY_MAX_ATTEMPTS (the operator sets it)

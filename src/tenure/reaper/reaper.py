@@ -1,10 +1,11 @@
 """The reaper service (R7): recovers jobs whose lease expired more than ``grace`` ago.
 
-Conservative: it only looks at ``status='running' AND lease_expires_at < now() - grace`` by the
-database clock, at most ``batch`` rows a cycle, and each change is a compare-and-set on the
-token it read, so it can never undo a completion or touch a job that was reclaimed or renewed
-meanwhile (riverqueue/river#1302). Owners the registry still sees alive get ``alive_owner_grace``
-extra seconds (a slow database rather than a dead worker). A job's first lease expiry is
+Conservative: it only looks at ``status='running' AND lease_expires_at < now() - wait`` by the
+database clock, where ``wait`` is the grace or, if longer, the owner's heartbeat interval from the
+worker registry (``heartbeat``, the floor, for an owner the registry does not know), at most
+``batch`` rows a cycle, and each change is a compare-and-set on the token it read, so it can
+never undo a completion or touch a job that was reclaimed or renewed meanwhile
+(riverqueue/river#1302). Owners the registry still sees alive get ``alive_owner_grace`` extra seconds (a slow database rather than a dead worker). A job's first lease expiry is
 requeued at once (and the queue notified), so a dead worker's job re-runs within
 :func:`recovery_bound`; only repeated expiries of the same job wait a full-jitter backoff (a job
 that keeps killing its workers must not crash-loop them). When attempts or lease expiries are
@@ -56,9 +57,10 @@ class ReaperConfig:
     """Backoff for requeues after a job's second and later lease expiries (the first requeues
     at once); the same full-jitter function as handler retries, on the expiry count."""
     heartbeat: float | None = None
-    """The longest heartbeat interval of the workers whose jobs this reaper recovers, when known
-    (`tenure reaper --heartbeat`, default the workers' default): ``grace`` must cover at least one
-    heartbeat. None: not checked (a library caller that knows its workers)."""
+    """The floor for jobs whose owner is not in the registry (`tenure reaper --heartbeat`, default
+    the workers' default): such a job waits at least this long past expiry, as a registered
+    owner's job waits at least its owner's registered heartbeat interval. None: no floor beyond
+    ``grace``."""
 
     def validate(self) -> None:
         if self.grace < 0:
@@ -66,9 +68,6 @@ class ReaperConfig:
         if self.heartbeat is not None:
             if self.heartbeat <= 0:
                 raise ConfigError("reaper heartbeat must be positive")
-            if self.grace < self.heartbeat:
-                raise ConfigError(f"reaper grace {self.grace:g}s is below one heartbeat interval "
-                                  f"({self.heartbeat:g}s): give --grace at least the workers' --heartbeat")
         if self.batch < 1:
             raise ConfigError("reaper batch must be >= 1")
         if self.interval <= 0:
@@ -112,7 +111,8 @@ class Reaper:
     def decide(self, cand: ReapCandidate) -> ReapDecision | None:
         """Requeue (at once for a first expiry, else with backoff), dead-letter, or (None) leave
         it for a later cycle."""
-        if cand.owner_status == "alive" and cand.expired_for_seconds < self.config.grace + self.config.alive_owner_grace:
+        if (cand.owner_status == "alive"
+                and cand.expired_for_seconds < max(self.config.grace, cand.wait_seconds) + self.config.alive_owner_grace):
             return None
         exhausted = (cand.attempt_count >= cand.max_attempts
                      or cand.lease_expiry_count + 1 >= self.config.max_lease_expiries)
@@ -149,7 +149,7 @@ class Reaper:
         """Reap, then count the cycle in ``reaper_cycles`` (the exporter's reaper figures: a
         CronJob pod has no metrics port of its own)."""
         reaped = repo.reap(self.reaper_id, grace=self.config.grace, batch=self.config.batch,
-                           decide=self.decide)
+                           decide=self.decide, floor=self.config.heartbeat or 0.0)
         repo.record_reaper_cycle(self.reaper_id, seconds=time.monotonic() - started,
                                  reaped=len(reaped))
         return reaped

@@ -24,6 +24,9 @@ class ReapCandidate:
     expired_for_seconds: float
     owner_status: str
     """``alive``, ``silent``, ``stopped`` or ``unknown`` (registry row gone), per the registry."""
+    wait_seconds: float = 0.0
+    """Seconds past expiry the job must wait: the grace, or its owner's registered heartbeat
+    interval (the reaper's ``floor`` for an owner not in the registry) if longer."""
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,10 @@ class ReaperQueries(RepositoryBase):
     """Recover expired leases, conservatively and audited."""
 
     def reap(self, reaper_id: str, *, grace: float, batch: int,
-             decide: Callable[[ReapCandidate], ReapDecision | None]) -> list[Reaped]:
-        """One reaper cycle in one transaction: lock expired candidates (SKIP LOCKED), let
+             decide: Callable[[ReapCandidate], ReapDecision | None], floor: float = 0.0) -> list[Reaped]:
+        """One reaper cycle in one transaction: lock candidates expired for longer than the grace
+        and their owner's registered heartbeat (``floor`` for an owner not in the registry), decided
+        by the database clock, with SKIP LOCKED; let
         ``decide`` choose requeue-with-delay or dead-letter (or skip with None), then CAS each on
         the token read. Several reapers may run at once; each row goes to at most one."""
         with self.conn.transaction():
@@ -53,8 +58,9 @@ class ReaperQueries(RepositoryBase):
                 attempt_count=r["attempt_count"], max_attempts=r["max_attempts"],
                 lease_expiry_count=r["lease_expiry_count"], lease_expires_at=r["lease_expires_at"],
                 expired_for_seconds=r["expired_for_seconds"],
-                owner_status=r["owner_status"])
-                for r in self._rows("job_reap_candidates", {"grace": float(grace), "batch": batch})]
+                owner_status=r["owner_status"], wait_seconds=r["wait_seconds"])
+                for r in self._rows("job_reap_candidates",
+                                    {"grace": float(grace), "floor": float(floor), "batch": batch})]
             chosen = [(c, d) for c in candidates if (d := decide(c)) is not None]
             if not chosen:
                 return []
@@ -63,6 +69,7 @@ class ReaperQueries(RepositoryBase):
                 "delays": [float(d.delay) for _, d in chosen], "dead": [d.dead for _, d in chosen],
                 "owners": [c.owner_status for c, _ in chosen], "reaper_id": reaper_id,
                 "leases": [c.lease_expires_at for c, _ in chosen],
+                "waits": [c.wait_seconds for c, _ in chosen],
                 "channel": self.channel, "grace": float(grace)})
             return [Reaped(r["id"], r["queue_name"], r["dead"]) for r in rows]
 

@@ -278,17 +278,20 @@ SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s)
        %(reason)s, jsonb_build_object('operation', %(operation)s::text);
 
 -- name: job_reap_candidates
--- Lock (SKIP LOCKED) a bounded batch of running jobs whose lease expired more than `grace` ago (R7); owners judged by the registry.
+-- Lock (SKIP LOCKED) a bounded batch of running jobs whose lease expired more than `grace` and their owner's registered heartbeat (`floor` if unregistered) ago (R7).
 SELECT j.id, j.queue_name, j.lock_token, j.locked_by, j.attempt_count, j.max_attempts,
        j.lease_expiry_count, j.lease_expires_at,
        extract(epoch FROM now() - j.lease_expires_at)::float8 AS expired_for_seconds,
+       greatest(%(grace)s::float8, coalesce(w.heartbeat_seconds, %(floor)s::float8))::float8 AS wait_seconds,
        CASE WHEN w.id IS NULL THEN 'unknown'
             WHEN w.stopped_at IS NOT NULL THEN 'stopped'
             WHEN w.last_seen_at > now() - make_interval(secs => 3 * w.heartbeat_seconds) THEN 'alive'
             ELSE 'silent' END AS owner_status
 FROM {schema}.jobs j
 LEFT JOIN {schema}.workers w ON w.id = j.locked_by
-WHERE j.status = 'running' AND j.lease_expires_at < now() - make_interval(secs => %(grace)s)
+WHERE j.status = 'running'
+  AND j.lease_expires_at < now() - make_interval(secs => greatest(%(grace)s::float8,
+                                                                  coalesce(w.heartbeat_seconds, %(floor)s::float8)))
 ORDER BY j.lease_expires_at
 LIMIT %(batch)s
 FOR UPDATE OF j SKIP LOCKED;
@@ -298,8 +301,8 @@ FOR UPDATE OF j SKIP LOCKED;
 -- (the attempt record: owner, fence and start in `detail`).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(delays)s::float8[],
-                         %(dead)s::bool[], %(owners)s::text[], %(leases)s::timestamptz[])
-                  AS t(id, token, delay, dead, owner_status, lease_expires_at)
+                         %(dead)s::bool[], %(owners)s::text[], %(leases)s::timestamptz[], %(waits)s::float8[])
+                  AS t(id, token, delay, dead, owner_status, lease_expires_at, wait_seconds)
 ), owners AS (
     -- The attempt's owner as it was before this statement (the update below clears locked_by).
     SELECT j.id, j.locked_by FROM {schema}.jobs j WHERE j.id = ANY(%(ids)s::bigint[])
@@ -316,7 +319,7 @@ WITH input AS (
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.lock_token = i.token
       -- Re-checked at write time too (a second safeguard besides the row lock): see docs/model.
-      AND j.lease_expires_at < now() - make_interval(secs => %(grace)s)
+      AND j.lease_expires_at < now() - make_interval(secs => i.wait_seconds)
     RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay,
               i.lease_expires_at, j.fence, j.started_at
 ), events AS (
