@@ -62,7 +62,7 @@ def test_the_reaper_takes_each_owners_heartbeat_from_the_registry_instead_of_ref
                       "WHERE id = %s", (job_id,))
     kept = run_cli(cli_env, "reaper", "--once", "--grace", "1", "--heartbeat", "0.5")
     assert kept.returncode == 0 and "reaped 0 job(s)" in kept.stdout, (kept.stdout, kept.stderr)
-    repo.conn.execute(f'UPDATE "{repo.schema}".jobs SET lease_expires_at = now() - interval \'9 seconds\' '
+    repo.conn.execute(f'UPDATE "{repo.schema}".jobs SET lease_expires_at = now() - interval \'10 seconds\' '
                       "WHERE id = %s", (job_id,))
     reaped = run_cli(cli_env, "reaper", "--once", "--grace", "1", "--heartbeat", "0.5")
     assert reaped.returncode == 0 and "reaped 1 job(s)" in reaped.stdout, (reaped.stdout, reaped.stderr)

@@ -66,7 +66,7 @@ def test_kill9_mid_job_is_recovered_by_another_worker(repo: Repository, spawn: C
     # Issue 12, defect 3: a first lease expiry is requeued at once (backoff only for repeats) ...
     assert reap["detail"]["delay_seconds"] == 0
     # ... so the re-run starts within the bound README states, by the database's clock.
-    bound = recovery_bound(lease=LEASE, grace=GRACE, interval=REAPER_INTERVAL, poll_interval=POLL)
+    bound = recovery_bound(lease=LEASE, heartbeat=HEARTBEAT, grace=GRACE, interval=REAPER_INTERVAL, poll_interval=POLL)
     rerun_after = (job["started_at"] - killed_at).total_seconds()
     assert rerun_after <= bound + STATEMENT_SLACK, (rerun_after, bound)
 

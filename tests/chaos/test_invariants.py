@@ -110,7 +110,7 @@ def test_a_hung_handler_is_bounded_by_the_max_total_lease() -> None:
     ok = verdict(reaps=[reap(reaped_at=1007.5, sampled_lease_expires_at=1006.0, rejections_recorded=1)],
                  faults=[hang])
     assert ok.ok, ok.violations
-    late = verdict(reaps=[reap(reaped_at=1011.0, sampled_lease_expires_at=1006.0, rejections_recorded=1)],
+    late = verdict(reaps=[reap(reaped_at=1012.0, sampled_lease_expires_at=1006.0, rejections_recorded=1)],
                    faults=[hang])
     assert late.violations["recovery_bounded"]
 

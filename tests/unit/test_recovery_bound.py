@@ -11,6 +11,7 @@ from tenure.core.repository import ReapCandidate
 from tenure.observability import alerts
 from tenure.reaper import reaper
 from tenure.reaper.reaper import Reaper, ReaperConfig, recovery_bound
+from tenure.worker.heartbeat import HEARTBEAT_DEFAULT
 
 
 def _cand(expiries: int) -> ReapCandidate:
@@ -29,12 +30,12 @@ def test_first_expiry_requeues_at_once_and_repeats_back_off() -> None:
 
 
 def test_readme_bound_with_the_defaults() -> None:
-    bound = recovery_bound(lease=30, grace=reaper.GRACE_DEFAULT, interval=reaper.INTERVAL_DEFAULT, poll_interval=1)
-    assert bound == 46
+    bound = recovery_bound(lease=30, heartbeat=HEARTBEAT_DEFAULT, grace=reaper.GRACE_DEFAULT, interval=reaper.INTERVAL_DEFAULT, poll_interval=1)
+    assert bound == 51
     with open(Path(__file__).parents[2] / "README.md", encoding="utf-8") as fh:
-        assert "lease + grace + reaper interval + poll interval** (defaults 30 + 10 + 5 + 1 =\n  46 s" in fh.read()
+        assert "lease + heartbeat + grace + reaper interval + poll interval** (defaults 30 + 5 + 10 + 5 + 1\n  = 51 s" in fh.read()
 
 
 def test_expired_leases_alert_waits_longer_than_a_healthy_reaper() -> None:
-    healthy = reaper.GRACE_DEFAULT + reaper.ALIVE_OWNER_GRACE_DEFAULT + reaper.INTERVAL_DEFAULT
+    healthy = HEARTBEAT_DEFAULT + reaper.GRACE_DEFAULT + reaper.ALIVE_OWNER_GRACE_DEFAULT + reaper.INTERVAL_DEFAULT
     assert alerts.EXPIRED_LEASES_FOR_SECONDS_DEFAULT >= 4 * healthy

@@ -22,8 +22,8 @@ times are epoch seconds by the database clock. Each invariant yields a list of v
   harness sampled while the attempt ran, and the expiry in the reap event's detail when the core
   records it.
 - ``recovery_bounded``: each reap caused by a killed, stopped or partitioned process came within
-  lease + grace + reaper interval + margin of the fault; a hung handler's within
-  max_lease_total + grace + reaper interval + margin of its claim.
+  lease + heartbeat + grace + reaper interval + margin of the fault; a hung handler's within
+  max_lease_total + heartbeat + grace + reaper interval + margin of its claim.
 """
 
 from __future__ import annotations
@@ -65,11 +65,11 @@ class Timing:
 
     @property
     def recovery_bound(self) -> float:
-        return self.lease + self.grace + self.reaper_interval + self.margin
+        return self.lease + self.heartbeat + self.grace + self.reaper_interval + self.margin
 
     @property
     def hang_bound(self) -> float:
-        return self.max_lease_total + self.grace + self.reaper_interval + self.margin
+        return self.max_lease_total + self.heartbeat + self.grace + self.reaper_interval + self.margin
 
 
 @dataclass

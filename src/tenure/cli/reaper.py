@@ -1,7 +1,7 @@
 """`tenure reaper`: recover expired leases, once (a CronJob) or in a loop with metrics.
 
-Each expired job waits at least its owner's heartbeat interval from the worker registry, or the
-grace if longer, by the database clock, so the reaper need not be told the workers' heartbeat:
+Each expired job waits its owner's heartbeat interval from the worker registry plus the grace,
+by the database clock, so the reaper need not be told the workers' heartbeat:
 ``--heartbeat`` is only the floor for jobs whose owner is not in the registry.
 """
 

@@ -1,8 +1,8 @@
 """The reaper service (R7): recovers jobs whose lease expired more than ``grace`` ago.
 
 Conservative: it only looks at ``status='running' AND lease_expires_at < now() - wait`` by the
-database clock, where ``wait`` is the grace or, if longer, the owner's heartbeat interval from the
-worker registry (``heartbeat``, the floor, for an owner the registry does not know), at most
+database clock, where ``wait`` is the owner's heartbeat interval from the worker registry
+(``heartbeat``, the floor, for an owner the registry does not know) plus the grace, at most
 ``batch`` rows a cycle, and each change is a compare-and-set on the token it read, so it can
 never undo a completion or touch a job that was reclaimed or renewed meanwhile
 (riverqueue/river#1302). Owners the registry still sees alive get ``alive_owner_grace`` extra seconds (a slow database rather than a dead worker). A job's first lease expiry is
@@ -58,9 +58,9 @@ class ReaperConfig:
     at once); the same full-jitter function as handler retries, on the expiry count."""
     heartbeat: float | None = None
     """The floor for jobs whose owner is not in the registry (`tenure reaper --heartbeat`, default
-    the workers' default): such a job waits at least this long past expiry, as a registered
-    owner's job waits at least its owner's registered heartbeat interval. None: no floor beyond
-    ``grace``."""
+    the workers' default): such a job waits this long plus ``grace`` past expiry, as a registered
+    owner's job waits its owner's registered heartbeat interval plus ``grace``. None: ``grace``
+    alone."""
 
     def validate(self) -> None:
         if self.grace < 0:
@@ -79,19 +79,20 @@ class ReaperConfig:
         self.retry.validate()
 
 
-def recovery_bound(*, lease: float, grace: float, interval: float, poll_interval: float,
+def recovery_bound(*, lease: float, heartbeat: float, grace: float, interval: float, poll_interval: float,
                    alive_owner_grace: float = 0.0) -> float:
     """Worst case, in seconds, from a worker's death to its job's re-run starting, for a job
     whose lease expires for the first time and a free worker.
 
     The lease runs out at most ``lease`` after the last heartbeat (which came no later than the
-    death), the reaper acts on it after ``grace`` (plus ``alive_owner_grace`` while the registry
+    death), the reaper acts on it after the owner's ``heartbeat`` interval plus ``grace`` (plus
+    ``alive_owner_grace`` while the registry
     still sees the dead owner alive) within one ``interval``, requeues it with no delay and
     notifies the queue; a worker picks it up at once on the notification, or at its next poll
     (``poll_interval``) if the notification is lost. Not included: the reaper's own statement
     time and the claim statement (milliseconds on a healthy database).
     """
-    return lease + grace + alive_owner_grace + interval + poll_interval
+    return lease + heartbeat + grace + alive_owner_grace + interval + poll_interval
 
 
 class Reaper:

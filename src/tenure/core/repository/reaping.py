@@ -25,8 +25,8 @@ class ReapCandidate:
     owner_status: str
     """``alive``, ``silent``, ``stopped`` or ``unknown`` (registry row gone), per the registry."""
     wait_seconds: float = 0.0
-    """Seconds past expiry the job must wait: the grace, or its owner's registered heartbeat
-    interval (the reaper's ``floor`` for an owner not in the registry) if longer."""
+    """Seconds past expiry the job must wait: its owner's registered heartbeat interval (the
+    reaper's ``floor`` for an owner not in the registry) plus the grace."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ class ReaperQueries(RepositoryBase):
 
     def reap(self, reaper_id: str, *, grace: float, batch: int,
              decide: Callable[[ReapCandidate], ReapDecision | None], floor: float = 0.0) -> list[Reaped]:
-        """One reaper cycle in one transaction: lock candidates expired for longer than the grace
-        and their owner's registered heartbeat (``floor`` for an owner not in the registry), decided
+        """One reaper cycle in one transaction: lock candidates expired for longer than their
+        owner's registered heartbeat (``floor`` for an owner not in the registry) plus the grace, decided
         by the database clock, with SKIP LOCKED; let
         ``decide`` choose requeue-with-delay or dead-letter (or skip with None), then CAS each on
         the token read. Several reapers may run at once; each row goes to at most one."""

@@ -278,11 +278,11 @@ SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s)
        %(reason)s, jsonb_build_object('operation', %(operation)s::text);
 
 -- name: job_reap_candidates
--- Lock (SKIP LOCKED) a bounded batch of running jobs whose lease expired more than `grace` and their owner's registered heartbeat (`floor` if unregistered) ago (R7).
+-- Lock (SKIP LOCKED) a bounded batch of running jobs whose lease expired more than their owner's registered heartbeat (`floor` if unregistered) plus `grace` ago (R7).
 SELECT j.id, j.queue_name, j.lock_token, j.locked_by, j.attempt_count, j.max_attempts,
        j.lease_expiry_count, j.lease_expires_at,
        extract(epoch FROM now() - j.lease_expires_at)::float8 AS expired_for_seconds,
-       greatest(%(grace)s::float8, coalesce(w.heartbeat_seconds, %(floor)s::float8))::float8 AS wait_seconds,
+       (%(grace)s::float8 + coalesce(w.heartbeat_seconds, %(floor)s::float8))::float8 AS wait_seconds,
        CASE WHEN w.id IS NULL THEN 'unknown'
             WHEN w.stopped_at IS NOT NULL THEN 'stopped'
             WHEN w.last_seen_at > now() - make_interval(secs => 3 * w.heartbeat_seconds) THEN 'alive'
@@ -290,8 +290,8 @@ SELECT j.id, j.queue_name, j.lock_token, j.locked_by, j.attempt_count, j.max_att
 FROM {schema}.jobs j
 LEFT JOIN {schema}.workers w ON w.id = j.locked_by
 WHERE j.status = 'running'
-  AND j.lease_expires_at < now() - make_interval(secs => greatest(%(grace)s::float8,
-                                                                  coalesce(w.heartbeat_seconds, %(floor)s::float8)))
+  AND j.lease_expires_at < now() - make_interval(secs => %(grace)s::float8
+                                                  + coalesce(w.heartbeat_seconds, %(floor)s::float8))
 ORDER BY j.lease_expires_at
 LIMIT %(batch)s
 FOR UPDATE OF j SKIP LOCKED;
