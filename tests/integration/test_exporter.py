@@ -9,6 +9,7 @@ the test cuts.
 from __future__ import annotations
 
 import random
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from tenure.core.stats import QueueStats
 from tenure.observability.exporter import QueueCollector
 from tenure.observability.http import serve
 from tenure.reaper.reaper import Reaper, ReaperConfig
+from tenure.worker.metrics import db_reconnects_counter
 
 pytestmark = pytest.mark.integration
 
@@ -245,3 +247,52 @@ def test_exporter_reports_schema_skew_and_serves_a_newer_schema(
         assert ahead["tenure_exporter_errors_total"][()] == 0
     finally:
         _stop(server, collector)
+
+
+def _terminate(repo: Repository, application_name: str) -> int:
+    """End every backend whose application_name starts with ``application_name``; how many."""
+    row = repo.conn.execute("SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity "
+                            "WHERE application_name LIKE %s AND pid <> pg_backend_pid()",
+                            (application_name + "%",)).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def test_exporter_and_reaper_reconnects_are_counted(dsn: str, schema: str, repo: Repository) -> None:
+    """Issue 22 item 10: a dropped connection is counted in tenure_db_reconnects_total, by role,
+    as the worker's are, and the service recovers on a fresh connection."""
+    registry = CollectorRegistry()
+    reconnects = db_reconnects_counter(registry)
+    collector = QueueCollector(dsn, schema, min_interval=0, completed_interval=0,
+                               on_reconnect=reconnects.labels("exporter").inc)
+    try:
+        assert collector.read() is not None
+        assert _terminate(repo, "tenure-exporter") == 1
+        assert collector.read() is None  # the dropped connection: counted, then re-opened
+        assert registry.get_sample_value("tenure_db_reconnects_total", {"role": "exporter"}) == 1
+        assert collector.read() is not None
+    finally:
+        collector.close()
+
+    reaper = Reaper(ReaperConfig(grace=0.0, interval=0.1), dsn=dsn, schema=schema)
+    stop = threading.Event()
+    cycles: list[float] = []
+    thread = threading.Thread(target=reaper.run_forever,
+                              args=(stop, lambda _r, s: cycles.append(s), reconnects.labels("reaper").inc))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not cycles and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cycles, "the reaper loop never completed a cycle"
+        while _terminate(repo, "tenure-reaper") == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        while registry.get_sample_value("tenure_db_reconnects_total", {"role": "reaper"}) != 1:
+            assert time.monotonic() < deadline, "the reaper's reconnect was not counted"
+            time.sleep(0.05)
+        after = len(cycles)
+        while len(cycles) == after:
+            assert time.monotonic() < deadline, "the reaper did not recover after its connection was ended"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)

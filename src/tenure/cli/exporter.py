@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 from tenure.cli.common import command, duration, port
 from tenure.observability.exporter import QueueCollector
 from tenure.observability.http import serve
+from tenure.worker.metrics import db_reconnects_counter
 
 ORDER = 50
 PORT_DEFAULT = 9464
@@ -28,8 +29,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
+    reconnects = db_reconnects_counter(REGISTRY)
     collector = QueueCollector(args.dsn, args.schema, min_interval=args.interval,
-                               completed_interval=args.completed_interval)
+                               completed_interval=args.completed_interval,
+                               on_reconnect=reconnects.labels("exporter").inc)
     REGISTRY.register(collector)
     server = serve(args.port, REGISTRY, healthz=lambda: (True, "ok"),
                    readyz=lambda: (collector.read() is not None, "database"))

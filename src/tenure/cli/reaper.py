@@ -23,6 +23,7 @@ from tenure.observability.exporter import QueueCollector
 from tenure.observability.http import serve
 from tenure.reaper import reaper as reaper_mod
 from tenure.worker.heartbeat import HEARTBEAT_DEFAULT
+from tenure.worker.metrics import db_reconnects_counter
 
 ORDER = 40
 
@@ -80,8 +81,12 @@ def cmd_reaper(args: argparse.Namespace) -> int:
         return 0
     stop = threading.Event()
     on_cycle: Callable[[list[Reaped], float], None] | None = None
+    on_reconnect: Callable[[], None] | None = None
     if args.metrics_port is not None:
-        REGISTRY.register(QueueCollector(args.dsn, args.schema))
+        reconnects = db_reconnects_counter(REGISTRY)
+        REGISTRY.register(QueueCollector(args.dsn, args.schema,
+                                         on_reconnect=reconnects.labels("exporter").inc))
+        on_reconnect = reconnects.labels("reaper").inc
         reaped_total = Counter("tenure_reaper_reaped", "Reaper transitions.", ["queue", "outcome"])
         cycle = Histogram("tenure_reaper_cycle_seconds", "Duration of one reaper cycle.")
 
@@ -95,5 +100,5 @@ def cmd_reaper(args: argparse.Namespace) -> int:
         serve(args.metrics_port, REGISTRY)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    reaper.run_forever(stop, on_cycle)
+    reaper.run_forever(stop, on_cycle, on_reconnect)
     return 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -47,10 +47,13 @@ class QueueCollector(Collector):
     """A Prometheus collector over ``queue_stats``."""
 
     def __init__(self, dsn: str, schema: str, *, min_interval: float = MIN_INTERVAL_DEFAULT,
-                 completed_interval: float | None = None) -> None:
+                 completed_interval: float | None = None,
+                 on_reconnect: Callable[[], None] | None = None) -> None:
         """``min_interval``: seconds a collection is reused; ``completed_interval``: seconds the
         completed counts (the one part that scans an index of every completed job) are reused
-        (default: the larger of ``min_interval`` and 60 s)."""
+        (default: the larger of ``min_interval`` and 60 s); ``on_reconnect``: called when a
+        database error drops the connection, which the next collection re-opens (the CLI counts
+        it in ``tenure_db_reconnects_total{role="exporter"}``, as the worker counts its own)."""
         self.dsn, self.schema, self.min_interval = dsn, schema, min_interval
         self.completed_interval = (max(min_interval, COMPLETED_INTERVAL_DEFAULT)
                                    if completed_interval is None else completed_interval)
@@ -66,6 +69,7 @@ class QueueCollector(Collector):
         self.schema_skew: int | None = None
         self.last_success = 0.0
         self.errors = 0
+        self._on_reconnect = on_reconnect
 
     def read(self) -> list[QueueStats] | None:
         with self._lock:
@@ -92,6 +96,8 @@ class QueueCollector(Collector):
                     self._conn.close()
                 self._conn = None
                 self._cached = None
+                if self._on_reconnect is not None:
+                    self._on_reconnect()
                 return None
             self._cached, self._cached_at, self.last_success = stats, now, time.time()
             self._reaps, self._cycle = [dict(r) for r in reaps], (dict(cycle) if cycle else None)

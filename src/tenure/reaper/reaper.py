@@ -156,9 +156,12 @@ class Reaper:
         return reaped
 
     def run_forever(self, stop: threading.Event,
-                    on_cycle: Callable[[list[Reaped], float], None] | None = None) -> None:
+                    on_cycle: Callable[[list[Reaped], float], None] | None = None,
+                    on_reconnect: Callable[[], None] | None = None) -> None:
         """Loop until ``stop`` is set; database errors are logged and retried next cycle.
-        ``on_cycle(reaped, seconds)`` is called after each successful cycle (metrics)."""
+        ``on_cycle(reaped, seconds)`` is called after each successful cycle (metrics), and
+        ``on_reconnect()`` after each error that drops the connection (the next cycle re-opens it;
+        the CLI counts it in ``tenure_db_reconnects_total{role="reaper"}``)."""
         def step(conn: ServiceConnection) -> float:
             started = time.monotonic()
             reaped = self.run_once(Repository(conn.get(retry=False), self.schema))
@@ -168,5 +171,5 @@ class Reaper:
             return max(0.0, self.config.interval - (time.monotonic() - started))
 
         run_service("reaper cycle", step, stop=stop, log=log, error_pause=self.config.interval,
-                    max_error_pause=self.config.interval,
+                    max_error_pause=self.config.interval, on_error=on_reconnect,
                     conn=ServiceConnection(self.dsn, f"tenure-reaper:{self.reaper_id}", stop=stop, log=log))

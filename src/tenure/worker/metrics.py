@@ -20,6 +20,17 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
+DB_RECONNECT_ROLES = ("claim", "ack", "heartbeat", "reaper", "exporter")
+"""The bounded ``role`` label of ``tenure_db_reconnects_total``: the worker's three connections,
+the reaper loop's and the exporter's."""
+
+
+def db_reconnects_counter(registry: CollectorRegistry | None) -> Counter:
+    """``tenure_db_reconnects_total{role}``, the one definition every process registers."""
+    return Counter("tenure_db_reconnects", "Database connections re-opened after an error "
+                   "(a failover moves the primary).", ["role"], registry=registry)
+
+
 class WorkerMetrics:
     """The worker's metric families, registered in ``registry``."""
 
@@ -69,8 +80,7 @@ class WorkerMetrics:
         self.in_flight = Gauge("tenure_jobs_in_flight", "Handlers running in this process.", qt, registry=registry)
         self.heartbeat_rtt = Histogram("tenure_heartbeat_roundtrip_seconds", "Duration of the heartbeat statement.",
                                        buckets=LATENCY_BUCKETS, registry=registry)
-        self.db_reconnects = Counter("tenure_db_reconnects", "Database connections re-opened after an error "
-                                     "(a failover moves the primary).", ["role"], registry=registry)
+        self.db_reconnects = db_reconnects_counter(registry)
         self.outcomes_in_doubt = Counter(
             "tenure_worker_outcomes_in_doubt", "Acknowledged outcomes missing from the database after a reconnect "
             "(a failover with asynchronous replication lost them): kind completion|effect; resolution rewritten "
