@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tenure.chaos.harness import find_libfaketime
+from tenure.chaos.faults import find_libfaketime
 
 pytestmark = pytest.mark.chaos
 

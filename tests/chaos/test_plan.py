@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tenure.chaos.harness import ChaosConfig, make_plan
+from tenure.chaos.config import ChaosConfig
+from tenure.chaos.faults import make_plan
 from tenure.core.errors import ConfigError
 
 pytestmark = pytest.mark.chaos

@@ -28,11 +28,11 @@ otherwise; leases must outlast a failover or jobs are (correctly) recovered and 
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -41,16 +41,20 @@ from typing import Any
 import psycopg
 
 from tenure.chaos import QUEUE
-from tenure.chaos.harness import ChaosConfig, ChaosHarness
-from tenure.chaos.invariants import Timing, check_all, quantile
-from tenure.chaos.patroni import ClusterConfig, ClusterError, PatroniCluster
-from tenure.chaos.store import ChaosStore
+from tenure.chaos.config import ChaosConfig
+from tenure.chaos.failover import FAULT_KINDS, FailoverRecord, Failovers
+from tenure.chaos.fleet import Fleet
+from tenure.chaos.invariants import Verdict, check_all, quantile
+from tenure.chaos.journal import Journal
+from tenure.chaos.loop import Cadence, Hooks, Progress, run_until_settled
+from tenure.chaos.patroni import ClusterConfig, PatroniCluster
+from tenure.chaos.producer import Pace, Producer
+from tenure.chaos.store import ChaosStore, Row
 from tenure.core.db import connect
 from tenure.core.embedded import EmbeddedServer, ensure_server
 from tenure.core.errors import ConfigError
 from tenure.core.repository import JobSpec, Repository
 
-FAULT_KINDS = ("switchover", "kill", "isolate")
 REPLICATION_MODES = ("async", "sync")
 RATE_DEFAULT = 20.0
 ROUNDS_DEFAULT = 1
@@ -58,9 +62,7 @@ CALM_DEFAULT = 5.0
 LEASE_DEFAULT = 30.0
 HEARTBEAT_DEFAULT = 5.0
 GRACE_DEFAULT = 5.0
-FAILOVER_TIMEOUT = 330.0
-REJOIN_TIMEOUT = 240.0
-PROBE_INTERVAL = 0.1
+CADENCE = Cadence(tick=0.2, sample=0.5, progress=1.0, line=10.0, retry_on=psycopg.Error)
 
 
 @dataclass(frozen=True)
@@ -94,33 +96,6 @@ def ha_chaos_config(base: ChaosConfig) -> ChaosConfig:
 
 
 @dataclass
-class FailoverRecord:
-    kind: str
-    old_primary: str
-    new_primary: str | None = None
-    started: float = 0.0
-    """Epoch seconds of the injection (this machine's clock, which the cluster and the ledger share)."""
-    unavailable_from: float = 0.0
-    """The injection, or the last write the old primary accepted after it, whichever is later."""
-    first_write: float | None = None
-    """The first write a new primary accepted through the multi-host DSN."""
-    healthy_again: float | None = None
-    stall: float | None = None
-    """The longest gap between two completions acknowledged to workers that overlaps the outage."""
-    error: str | None = None
-
-    @property
-    def failover_seconds(self) -> float | None:
-        """Writes unavailable: from the old primary's last write (or the fault) to the new primary's first."""
-        return None if self.first_write is None else round(self.first_write - self.unavailable_from, 3)
-
-    @property
-    def stall_seconds(self) -> float | None:
-        """Workers stalled: the longest gap between acknowledged completions across the outage."""
-        return None if self.stall is None else round(self.stall, 3)
-
-
-@dataclass
 class HaReport:
     ok: bool
     replication: str
@@ -135,23 +110,33 @@ class HaReport:
         return json.dumps(asdict(self), indent=2, default=str)
 
 
-class HaChaosHarness(ChaosHarness):
-    """Runs one HA chaos run (:meth:`run_once`) and returns its :class:`HaReport`."""
+class HaChaosHarness:
+    """Runs one HA chaos run (:meth:`run_ha`) and returns its :class:`HaReport`.
+
+    Composes the parts the local run uses (:class:`Journal`, :class:`Fleet`, :class:`Producer`, the
+    shared main loop) with a Patroni cluster, a ledger server and :class:`Failovers`.
+    """
 
     def __init__(self, config: ChaosConfig, ha: HaConfig, *, log_dir: Path | None = None,
                  progress: bool = False, keep: bool = False) -> None:
         ha.validate()
-        super().__init__(ha_chaos_config(config), log_dir=log_dir, progress=progress, keep=keep)
+        self.config = ha_chaos_config(config)
+        self.config.validate()
         self.ha = ha
+        self.log_dir = log_dir
+        self.keep = keep
+        self.schema = f"chaos_{uuid.uuid4().hex[:10]}"
+        self.journal = Journal(self.schema, show_progress=progress)
+        self.rng = self.config.rng()
         self.cluster: PatroniCluster | None = None
         self.ledger_server: EmbeddedServer | None = None
         self.ledger_dsn = ""
-        self._tmp = Path(tempfile.mkdtemp(prefix="tenure-ha-chaos-"))
+        self.dsn = ""
+        self.skipped: list[str] = []
         self.enqueued_at: dict[int, float] = {}
-        self.failovers: list[FailoverRecord] = []
+        self._tmp = Path(tempfile.mkdtemp(prefix="tenure-ha-chaos-"))
+        self._stop = threading.Event()
         self._faults_done = threading.Event()
-        self._fault_error: BaseException | None = None
-        self._rng = random.Random(config.seed)
 
     # -- setup ----------------------------------------------------------------------------------
     def _setup_database(self) -> None:
@@ -159,7 +144,7 @@ class HaChaosHarness(ChaosHarness):
         self.ledger_dsn = self.ledger_server.dsn
         with connect(self.ledger_dsn, application_name="tenure-chaos-ledger") as conn:
             ChaosStore(conn, self.schema).ha_setup()
-        self._say(f"chaos-ha: starting a 3-member Patroni cluster ({self.ha.replication} replication)")
+        self.journal.say(f"chaos-ha: starting a 3-member Patroni cluster ({self.ha.replication} replication)")
         self.cluster = PatroniCluster(ClusterConfig(synchronous=self.ha.replication == "sync"),
                                       base=self._tmp / "cluster")
         self.cluster.start()
@@ -169,134 +154,25 @@ class HaChaosHarness(ChaosHarness):
             store = ChaosStore(conn, self.schema)
             store.setup()
             store.ha_setup()
-        self._offset = 0.0  # one machine: the cluster, the ledger and the harness share a clock
+        self.journal.attach(self.dsn)  # offset 0: the cluster, the ledger and the harness share a clock
 
-    def _env(self, slot: int | None) -> dict[str, str]:
-        env = super()._env(slot)
-        env["TENURE_CHAOS_LEDGER_URL"] = self.ledger_dsn
-        return env
+    def _producer(self) -> Producer:
+        """Jobs at ``rate`` per second until the last failover is over."""
+        c, rate = self.config, self.ha.rate
 
-    # -- load -----------------------------------------------------------------------------------
-    def _produce_ha(self) -> None:
-        c = self.config
-        conn: psycopg.Connection[Any] | None = None
-        started = time.monotonic()
-        try:
-            while not self._faults_done.is_set() and not self._stop.is_set():
-                due = int((time.monotonic() - started) * self.ha.rate) + 1
-                if due <= self.enqueued:
-                    self._stop.wait(min(0.05, 1.0 / self.ha.rate))
-                    continue
-                work = [self._rng.uniform(c.work_ms_min, c.work_ms_max) for _ in range(due - self.enqueued)]
-                batch = [JobSpec(task="chaos.job", queue=QUEUE, max_attempts=c.max_attempts,
-                                 idempotency_key=f"chaos-job:{n}", payload={"n": n, "work_ms": round(w, 1)})
-                         for n, w in zip(range(self.enqueued, due), work)]
-                try:
-                    if conn is None or conn.closed or conn.broken:
-                        conn = connect(self.dsn, application_name="tenure-chaos-producer")
-                    Repository(conn, self.schema).enqueue_many(batch)
-                except psycopg.Error:
-                    if conn is not None:
-                        conn.close()
-                    conn = None
-                    self._stop.wait(0.2)  # the same batch again: idempotency keys make it safe
-                    continue
-                now = time.time()
-                for n in range(self.enqueued, due):
-                    self.enqueued_at[n] = now
-                self.enqueued = due
-        except BaseException as exc:  # noqa: BLE001 - reported by the main loop
-            self._producer_error = exc
-        finally:
-            if conn is not None:
-                conn.close()
+        def job(n: int) -> JobSpec:
+            work = self.rng.uniform(c.work_ms_min, c.work_ms_max)
+            return JobSpec(task="chaos.job", queue=QUEUE, max_attempts=c.max_attempts,
+                           idempotency_key=f"chaos-job:{n}", payload={"n": n, "work_ms": round(work, 1)})
 
-    # -- faults ---------------------------------------------------------------------------------
-    def _probe_until_new_primary(self, rec: FailoverRecord, old_host: str, deadline: float) -> None:
-        """Write through the multi-host DSN until a server other than ``old_host`` accepts a write:
-        sets ``rec.first_write``, and ``rec.unavailable_from`` to the fault or the last write the old
-        primary accepted, whichever is later (``patronictl`` takes seconds before it demotes)."""
-        conn: psycopg.Connection[Any] | None = None
-        rec.unavailable_from = rec.started
-        try:
-            while time.monotonic() < deadline:
-                try:
-                    if conn is None or conn.closed or conn.broken:
-                        conn = connect(self.dsn, application_name="tenure-chaos-probe")
-                    sent = time.time()
-                    row = ChaosStore(conn, self.schema).ha_probe()
-                    if str(row["host"]) != old_host:
-                        rec.first_write = time.time()
-                        return
-                    rec.unavailable_from = max(rec.unavailable_from, sent)
-                except psycopg.Error:
-                    if conn is not None:
-                        conn.close()
-                    conn = None
-                time.sleep(PROBE_INTERVAL)
-        finally:
-            if conn is not None:
-                conn.close()
+        def acknowledged(jobs: range) -> None:
+            now = time.time()
+            for n in jobs:
+                self.enqueued_at[n] = now
 
-    def _one_failover(self, kind: str) -> FailoverRecord:
-        cluster = self.cluster
-        assert cluster is not None
-        old = cluster.leader()
-        if old is None:
-            raise ClusterError("no leader before the failover")
-        old_host = cluster._member(old).host
-        rec = FailoverRecord(kind, old)
-        switch: threading.Thread | None = None
-        switch_error: list[BaseException] = []
-        rec.started = time.time()
-        if kind == "switchover":
-            def run_switchover() -> None:
-                try:
-                    cluster.switchover()
-                except BaseException as exc:  # noqa: BLE001 - reported with the record
-                    switch_error.append(exc)
-            switch = threading.Thread(target=run_switchover, name="chaos-switchover", daemon=True)
-            switch.start()
-        elif kind == "kill":
-            cluster.kill_postmaster(old)
-        elif kind == "isolate":
-            cluster.isolate(old)
-        deadline = time.monotonic() + FAILOVER_TIMEOUT
-        self._probe_until_new_primary(rec, old_host, deadline)
-        if switch is not None:
-            switch.join(timeout=FAILOVER_TIMEOUT)
-        try:
-            rec.new_primary = cluster.wait_leader(other_than=old, timeout=max(1.0, deadline - time.monotonic()))
-        except ClusterError as exc:
-            rec.error = str(exc).splitlines()[0]
-        if switch_error:
-            rec.error = str(switch_error[0]).splitlines()[0]
-        if kind == "isolate":
-            cluster.heal(old)
-        try:
-            cluster.wait_healthy(REJOIN_TIMEOUT)
-            rec.healthy_again = time.time()
-        except ClusterError as exc:
-            rec.error = (rec.error or "") + f" rejoin: {str(exc).splitlines()[0]}"
-        return rec
-
-    def _fault_loop(self, kinds: list[str]) -> None:
-        try:
-            for i, kind in enumerate(kinds):
-                time.sleep(self.ha.calm)
-                assert self.cluster is not None
-                self.cluster.wait_healthy(REJOIN_TIMEOUT)
-                self._say(f"chaos-ha: failover {i + 1}/{len(kinds)}: {kind} (primary {self.cluster.leader()}, "
-                          f"{self.enqueued} enqueued)")
-                rec = self._one_failover(kind)
-                self.failovers.append(rec)
-                self._say(f"chaos-ha:   {rec.old_primary} -> {rec.new_primary}: first write after "
-                          f"{rec.failover_seconds}s" + (f" ({rec.error})" if rec.error else ""))
-            time.sleep(self.ha.calm)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main loop
-            self._fault_error = exc
-        finally:
-            self._faults_done.set()
+        pace = Pace(due=lambda elapsed: int(elapsed * rate) + 1, over=lambda _: self._faults_done.is_set(),
+                    idle=min(0.05, 1.0 / rate), retry_on=psycopg.Error, retry_wait=0.2)
+        return Producer(self.dsn, self.schema, pace=pace, job=job, stop=self._stop, on_enqueued=acknowledged)
 
     # -- the run --------------------------------------------------------------------------------
     def run_ha(self) -> HaReport:
@@ -304,30 +180,34 @@ class HaChaosHarness(ChaosHarness):
         c = self.config
         began = time.monotonic()
         kinds = [k for _ in range(self.ha.rounds) for k in self.ha.faults]
+        fleet: Fleet | None = None
         try:
             self._setup_database()
             assert self.cluster is not None
             if not self.cluster.can_isolate and "isolate" in kinds:
                 kinds = [k for k in kinds if k != "isolate"]
                 self.skipped.append("isolate: needs network namespaces (root and iproute2)")
-            for i in range(c.reapers):
-                self._spawn("reaper", i)
-            for i in range(c.workers):
-                self._spawn("worker", i)
-            producer = threading.Thread(target=self._produce_ha, name="chaos-producer", daemon=True)
-            faults = threading.Thread(target=self._fault_loop, args=(kinds,), name="chaos-faults", daemon=True)
+            ledger = {"TENURE_CHAOS_LEDGER_URL": self.ledger_dsn}
+            fleet = Fleet(c, self.journal, dsn=self.dsn, schema=self.schema, log_dir=self.log_dir,
+                          extra_env=lambda slot: ledger)
+            fleet.start()
+            producer = self._producer()
+            failovers = Failovers(self.cluster, kinds, dsn=self.dsn, schema=self.schema, calm=self.ha.calm,
+                                  journal=self.journal, enqueued=lambda: producer.enqueued, done=self._faults_done)
             producer.start()
-            faults.start()
-            self._ha_main_loop(producer, faults)
+            failovers.start()
+            run_until_settled(fleet=fleet, journal=self.journal, cadence=CADENCE,
+                              hooks=self._hooks(producer, failovers), settle_timeout=c.settle_timeout,
+                              prefix="chaos-ha")
             self._stop.set()
-            self._shutdown()
-            return self._verify_ha(time.monotonic() - began)
+            fleet.shutdown()
+            return self._verify_ha(time.monotonic() - began, failovers.records, producer.enqueued)
         finally:
             self._stop.set()
             self._faults_done.set()
-            self._shutdown()
-            if self._conn is not None and not self._conn.closed:
-                self._conn.close()
+            if fleet is not None:
+                fleet.shutdown()
+            self.journal.close()
             if self.cluster is not None:
                 self.cluster.stop()
             if self.ledger_server is not None:
@@ -335,97 +215,76 @@ class HaChaosHarness(ChaosHarness):
             if not self.keep:
                 shutil.rmtree(self._tmp, ignore_errors=True)
 
-    def _ha_main_loop(self, producer: threading.Thread, faults: threading.Thread) -> None:
-        c = self.config
-        next_sample = next_progress = last_line = 0.0
-        done_at: float | None = None
-        while True:
-            now = time.monotonic()
-            self._watch_processes()
-            for error, what in ((self._producer_error, "producer"), (self._fault_error, "fault injection")):
+    def _hooks(self, producer: Producer, failovers: Failovers) -> Hooks:
+        def step(now: float) -> None:
+            for error, what in ((producer.error, "producer"), (failovers.error, "fault injection")):
                 if error is not None:
                     raise RuntimeError(f"{what} failed: {error}") from error
-            store = self._store()
-            if store is not None:
-                try:
-                    if now >= next_sample:
-                        store.lease_sample()
-                        next_sample = now + 0.5
-                    if now >= next_progress:
-                        next_progress = now + 1.0
-                        prog = store.progress(QUEUE)
-                        if self.show_progress and now - last_line >= 10:
-                            last_line = now
-                            self._say(f"chaos-ha: enqueued {self.enqueued}, terminal {prog['terminal']}, "
-                                      f"running {prog['running']}, pending {prog['pending']}")
-                        if not faults.is_alive() and not producer.is_alive():
-                            if prog["terminal"] >= self.enqueued and prog["total"] >= self.enqueued:
-                                return
-                            done_at = done_at or now
-                            if now - done_at > c.settle_timeout:
-                                self._say("chaos-ha: settle timeout: some jobs never became terminal")
-                                return
-                except psycopg.Error:
-                    if self._conn is not None:
-                        self._conn.close()
-            time.sleep(0.2)
+
+        def line(prog: Progress) -> str:
+            return (f"chaos-ha: enqueued {producer.enqueued}, terminal {prog['terminal']}, "
+                    f"running {prog['running']}, pending {prog['pending']}")
+
+        return Hooks(step=step, quiet=lambda: not failovers.is_alive() and not producer.is_alive(),
+                     settled=lambda prog: bool(prog["terminal"] >= producer.enqueued
+                                               and prog["total"] >= producer.enqueued),
+                     line=line)
 
     # -- verdict --------------------------------------------------------------------------------
-    def _verify_ha(self, wall: float) -> HaReport:
-        c = self.config
-        store = None
-        for _ in range(100):
-            store = self._store()
-            if store is not None:
-                break
-            time.sleep(0.3)
-        if store is None:
-            raise RuntimeError("cannot reach the cluster to check the invariants")
-        for rec in self.failovers:
+    def _verify_ha(self, wall: float, records: list[FailoverRecord], enqueued: int) -> HaReport:
+        store = self.journal.reach("the cluster to check the invariants", attempts=100, wait=0.3)
+        for rec in records:
             store.fault_record(f"failover_{rec.kind}", pid=None, started=rec.started,
                                ended=rec.first_write or rec.healthy_again or rec.started,
                                detail={"old": rec.old_primary, "new": rec.new_primary})
         jobs = store.jobs_summary(QUEUE)
         with connect(self.ledger_dsn, application_name="tenure-chaos-ledger") as conn:
             ledger = ChaosStore(conn, self.schema).ledger_rows()
+        verdict = self._invariants(store, jobs, ledger, enqueued)
+        figures = ledger_figures(ledger, jobs, set(self.enqueued_at))
+        acks = sorted(float(r["at"]) for r in ledger if r["kind"] == "completion_acked")
+        for rec in records:
+            if rec.first_write is not None:  # no new primary seen: no outage to measure
+                rec.stall = completion_gap(acks, rec.unavailable_from, rec.first_write)
+        figures.update(failover_figures(records, verdict))
+        ok = (verdict.ok and figures["jobs_lost"] == 0 and figures["acked_completions_lost"] == 0
+              and figures["guarded_effects_rerun_after_ack"] == 0 and not figures["failovers_with_errors"]
+              and figures["jobs_not_terminal"] == 0)
+        failovers = [{**asdict(r), "failover_seconds": r.failover_seconds, "stall_seconds": r.stall_seconds}
+                     for r in records]
+        return HaReport(ok=ok, replication=self.ha.replication,
+                        config={**asdict(self.config), **asdict(self.ha)}, wall_seconds=round(wall, 1),
+                        skipped=self.skipped, failovers=failovers, figures=figures,
+                        violations={k: v[:20] for k, v in verdict.violations.items() if v})
+
+    def _invariants(self, store: ChaosStore, jobs: list[Row], ledger: list[Row], enqueued: int) -> Verdict:
+        """Every invariant of :mod:`tenure.chaos.invariants` on the final primary; a reap of a claim
+        no handler ever started (committed, then lost in a failover) is marked as such."""
         started_tokens = {str(r["lock_token"]) for r in ledger if r["kind"] == "handler_start"}
         reaps = store.reaps(QUEUE)
         for reap in reaps:
             if str(reap["lock_token"]) not in started_tokens and not reap.get("worker_fence"):
                 reap["worker_fence"] = "claim_never_delivered"
-        timing = Timing(lease=c.lease, grace=c.grace, reaper_interval=c.reaper_interval, heartbeat=c.heartbeat,
-                        max_lease_total=c.max_lease_total, margin=c.recovery_margin)
-        verdict = check_all(jobs=jobs, reaps=reaps, faults=store.faults(),
-                            events=store.event_counts(QUEUE), planned=self.enqueued, timing=timing,
-                            run_end=time.time())
-        figures = ledger_figures(ledger, jobs, set(self.enqueued_at))
-        acks = sorted(float(r["at"]) for r in ledger if r["kind"] == "completion_acked")
-        for rec in self.failovers:
-            if rec.first_write is not None:  # no new primary seen: no outage to measure
-                rec.stall = completion_gap(acks, rec.unavailable_from, rec.first_write)
-        fo = [r.failover_seconds for r in self.failovers if r.failover_seconds is not None]
-        stall = [r.stall_seconds for r in self.failovers if r.stall_seconds is not None]
-        figures.update({
-            "failovers": len(self.failovers),
-            "failovers_by_kind": dict(Counter(r.kind for r in self.failovers)),
-            "failovers_with_errors": sum(1 for r in self.failovers if r.error),
-            "failover_seconds": _stats(fo),
-            "worker_stall_seconds": _stats(stall),
-            "stale_writes_rejected": verdict.figures.get("stale_writes_rejected_total"),
-            "reaps": verdict.figures.get("reaps"),
-            "claims_never_delivered": verdict.figures.get("fenced_attempts_claim_never_delivered"),
-            "invariants_held": verdict.ok,
-            "invariant_violations": {k: len(v) for k, v in verdict.violations.items() if v},
-        })
-        ok = (verdict.ok and figures["jobs_lost"] == 0 and figures["acked_completions_lost"] == 0
-              and figures["guarded_effects_rerun_after_ack"] == 0 and not figures["failovers_with_errors"]
-              and figures["jobs_not_terminal"] == 0)
-        failovers = [{**asdict(r), "failover_seconds": r.failover_seconds, "stall_seconds": r.stall_seconds}
-                     for r in self.failovers]
-        return HaReport(ok=ok, replication=self.ha.replication,
-                        config={**asdict(c), **asdict(self.ha)}, wall_seconds=round(wall, 1),
-                        skipped=self.skipped, failovers=failovers, figures=figures,
-                        violations={k: v[:20] for k, v in verdict.violations.items() if v})
+        return check_all(jobs=jobs, reaps=reaps, faults=store.faults(), events=store.event_counts(QUEUE),
+                         planned=enqueued, timing=self.config.timing(), run_end=time.time())
+
+
+def failover_figures(records: list[FailoverRecord], verdict: Verdict) -> dict[str, Any]:
+    """The failovers' own figures, and what the invariants found that the HA report shows."""
+    fo = [r.failover_seconds for r in records if r.failover_seconds is not None]
+    stall = [r.stall_seconds for r in records if r.stall_seconds is not None]
+    return {
+        "failovers": len(records),
+        "failovers_by_kind": dict(Counter(r.kind for r in records)),
+        "failovers_with_errors": sum(1 for r in records if r.error),
+        "failover_seconds": _stats(fo),
+        "worker_stall_seconds": _stats(stall),
+        "stale_writes_rejected": verdict.figures.get("stale_writes_rejected_total"),
+        "reaps": verdict.figures.get("reaps"),
+        "claims_never_delivered": verdict.figures.get("fenced_attempts_claim_never_delivered"),
+        "invariants_held": verdict.ok,
+        "invariant_violations": {k: len(v) for k, v in verdict.violations.items() if v},
+    }
 
 
 def completion_gap(acks: list[float], start: float, end: float) -> float | None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenure.core.embedded import _make_traversable, _run_as, bin_dir
+from tenure.core.embedded import _make_traversable, _run_as, bin_dir, make_tree_readable
 
 PATRONI_HOME_DEFAULT = Path.home() / ".cache" / "tenure-patroni"
 PG_PORT = 5432
@@ -75,16 +75,7 @@ def _make_patroni_readable(home: Path) -> None:
         mode = parent.stat().st_mode
         if not mode & 0o001:
             parent.chmod(mode | 0o001)
-    for root, dirs, files in os.walk(home):
-        for name in dirs:
-            d = Path(root) / name
-            d.chmod(d.stat().st_mode | 0o055)
-        for name in files:
-            f = Path(root) / name
-            if f.is_symlink():
-                continue
-            mode = f.stat().st_mode
-            f.chmod(mode | 0o044 | (0o011 if mode & 0o100 else 0))
+    make_tree_readable(home, who=0o077, executable=lambda _, mode: bool(mode & 0o100))
     home.chmod(home.stat().st_mode | 0o055)
 
 
@@ -176,6 +167,10 @@ class PatroniCluster:
     def member_dsn(self, name: str) -> str:
         m = self._member(name)
         return f"postgresql://postgres:{PASSWORD}@{m.host}:{m.pg_port}/postgres?connect_timeout=3"
+
+    def member_host(self, name: str) -> str:
+        """The address clients reach member ``name`` at."""
+        return self._member(name).host
 
     def _member(self, name: str) -> Member:
         for m in self.members:

