@@ -33,7 +33,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from tenure.core.repository import REJECTED_WRITE_EVENTS
 
@@ -180,8 +180,18 @@ class _Window:
     end: float
 
 
-def _fault_windows(faults: Iterable[Row]) -> tuple[list[_Window], dict[int, float], dict[str, Row]]:
-    """(process-level windows, exit time per pid, hang fault per token)."""
+class FaultWindows(NamedTuple):
+    """The journaled faults as the reap checks read them."""
+
+    windows: list[_Window]
+    """Process-level windows (kills, stops, partitions, restarts, failovers)."""
+    exits: dict[int, float]
+    """First exit time per pid."""
+    hangs: dict[str, Row]
+    """Hang fault per lock token."""
+
+
+def _fault_windows(faults: Iterable[Row]) -> FaultWindows:
     windows: list[_Window] = []
     exits: dict[int, float] = {}
     hangs: dict[str, Row] = {}
@@ -202,86 +212,116 @@ def _fault_windows(faults: Iterable[Row]) -> tuple[list[_Window], dict[int, floa
             windows.append(_Window(kind, pid, start, end))
         elif kind == "pg_restart" or kind.startswith("failover_"):  # the database went away for everyone
             windows.append(_Window(kind, None, start, end))
-    return windows, exits, hangs
+    return FaultWindows(windows, exits, hangs)
+
+
+class Attribution(NamedTuple):
+    """Which fault a reap is blamed on, and the recovery bound it is held to."""
+
+    cause: str
+    """``kill``, ``hang``, a window's kind, or ``unexplained``."""
+    since: float | None
+    """When recovery started counting (None: not measured)."""
+    bound: float
+    fault_end: float
+    """When the fault was over (the survivor's rejection is expected after it)."""
+
+
+def _no_early_reap(r: Row, timing: Timing) -> str | None:
+    """The violation when ``r`` was reaped before its lease expiry plus the grace (or cannot be placed)."""
+    jid, token, reaped_at = r["job_id"], str(r["lock_token"]), float(r["reaped_at"])
+    claimed_at = float(r["claimed_at"]) if r["claimed_at"] is not None else None
+    known = [float(x) for x in (
+        (claimed_at + timing.lease) if claimed_at is not None else None,
+        r["sampled_lease_expires_at"],
+        _epoch((r["detail"] or {}).get("lease_expires_at")),
+    ) if x is not None]
+    if not known:
+        return f"job {jid}: reap of token {token[:8]} with no claim event"
+    if reaped_at - max(known) < timing.grace - EPSILON:
+        return (f"job {jid}: token {token[:8]} reaped {reaped_at - max(known):.3f}s after its lease expiry "
+                f"(grace {timing.grace:g}s)")
+    return None
+
+
+def _attribute(r: Row, faults: FaultWindows, timing: Timing) -> Attribution:
+    """Blame a reap on a hang of its token, else a kill or a hold of its process, else a database outage."""
+    token, reaped_at = str(r["lock_token"]), float(r["reaped_at"])
+    claimed_at = float(r["claimed_at"]) if r["claimed_at"] is not None else None
+    pid = int(r["pid"]) if r["pid"] is not None else None
+    if token in faults.hangs:
+        return Attribution("hang", claimed_at, timing.hang_bound, reaped_at)
+    own = [w for w in faults.windows if w.pid is not None and w.pid == pid
+           and (claimed_at is None or w.end >= claimed_at - EPSILON) and w.start <= reaped_at + EPSILON]
+    kills = [w for w in own if w.kind == "kill"]
+    held = [w for w in own if w.kind != "kill"]
+    restarts = [w for w in faults.windows if (w.kind == "pg_restart" or w.kind.startswith("failover_"))
+                and w.start <= reaped_at
+                and reaped_at <= w.end + timing.recovery_bound + 10]
+    if kills:
+        return Attribution("kill", min(w.start for w in kills), timing.recovery_bound, reaped_at)
+    if held:
+        w = held[0]
+        return Attribution(w.kind, max(w.start, claimed_at or w.start), timing.recovery_bound, max(w.end, reaped_at))
+    if restarts:
+        w = restarts[-1]
+        return Attribution(w.kind, w.start, (w.end - w.start) + timing.recovery_bound + 10, max(w.end, reaped_at))
+    return Attribution("unexplained", None, timing.recovery_bound, reaped_at)
+
+
+def _fence_outcome(r: Row) -> str:
+    """How a surviving worker's reaped attempt shows it was fenced; ``missing`` when nothing does.
+
+    ``self_fenced``: stopped on check_lease() before writing anything, nothing to reject.
+    ``effect_succeed_rejected``: rejected by the execution store; job_events lacks it (core gap).
+    ``claim_never_delivered`` (HA runs): the claim committed (and replicated) but the primary failed
+    before the worker read the reply, so no handler ever ran under this token (ledger).
+    """
+    if r["rejections_recorded"]:
+        return "recorded"
+    fence = r.get("worker_fence")
+    if fence in ("self_fenced", "effect_succeed_rejected", "claim_never_delivered"):
+        return str(fence)
+    return "missing"
 
 
 def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], timing: Timing,
                 run_end: float) -> None:
     v = verdict.violations
-    windows, exits, hangs = _fault_windows(faults)
+    windows = _fault_windows(faults)
     recovery: dict[str, list[float]] = defaultdict(list)
     unexplained: list[str] = []
-    rejections_expected = rejections_found = self_fenced = effect_rejections = never_delivered = 0
+    fenced: Counter[str] = Counter()
     for r in reaps:
         jid, token = r["job_id"], str(r["lock_token"])
         reaped_at = float(r["reaped_at"])
-        claimed_at = float(r["claimed_at"]) if r["claimed_at"] is not None else None
         pid = int(r["pid"]) if r["pid"] is not None else None
-        # -- no early reap ------------------------------------------------------------------
-        known = [float(x) for x in (
-            (claimed_at + timing.lease) if claimed_at is not None else None,
-            r["sampled_lease_expires_at"],
-            _epoch((r["detail"] or {}).get("lease_expires_at")),
-        ) if x is not None]
-        if not known:
-            v["no_early_reap"].append(f"job {jid}: reap of token {token[:8]} with no claim event")
-        elif reaped_at - max(known) < timing.grace - EPSILON:
-            v["no_early_reap"].append(
-                f"job {jid}: token {token[:8]} reaped {reaped_at - max(known):.3f}s after its lease expiry "
-                f"(grace {timing.grace:g}s)")
-        # -- stale writes after the reap ----------------------------------------------------
+        early = _no_early_reap(r, timing)
+        if early is not None:
+            v["no_early_reap"].append(early)
         if r["accepted_after"]:
             v["stale_writes_fenced"].append(f"job {jid}: {r['accepted_after']} write(s) by reaped token "
                                             f"{token[:8]} accepted after the reap")
-        # -- attribution and recovery -------------------------------------------------------
-        cause, since, bound = "unexplained", None, timing.recovery_bound
-        fault_end = reaped_at
-        if token in hangs:
-            cause, since, bound = "hang", claimed_at, timing.hang_bound
-        else:
-            own = [w for w in windows if w.pid is not None and w.pid == pid
-                   and (claimed_at is None or w.end >= claimed_at - EPSILON) and w.start <= reaped_at + EPSILON]
-            kills = [w for w in own if w.kind == "kill"]
-            held = [w for w in own if w.kind != "kill"]
-            restarts = [w for w in windows if (w.kind == "pg_restart" or w.kind.startswith("failover_"))
-                        and w.start <= reaped_at
-                        and reaped_at <= w.end + timing.recovery_bound + 10]
-            if kills:
-                cause, since = "kill", min(w.start for w in kills)
-            elif held:
-                w = held[0]
-                cause, since, fault_end = w.kind, max(w.start, claimed_at or w.start), max(w.end, reaped_at)
-            elif restarts:
-                w = restarts[-1]
-                cause, since, bound = w.kind, w.start, (w.end - w.start) + timing.recovery_bound + 10
-                fault_end = max(w.end, reaped_at)
-        if cause == "unexplained":
+        blame = _attribute(r, windows, timing)
+        if blame.cause == "unexplained":
             unexplained.append(f"job {jid} token {token[:8]} (pid {pid})")
-        elif since is not None:
-            took = reaped_at - since
-            recovery[cause].append(took)
-            if cause != "pg_restart" and not cause.startswith("failover_") and took > bound + EPSILON:
-                v["recovery_bounded"].append(f"job {jid}: {cause} recovered after {took:.2f}s "
-                                             f"(bound {bound:.2f}s)")
+        elif blame.since is not None:
+            took = reaped_at - blame.since
+            recovery[blame.cause].append(took)
+            if (blame.cause != "pg_restart" and not blame.cause.startswith("failover_")
+                    and took > blame.bound + EPSILON):
+                v["recovery_bounded"].append(f"job {jid}: {blame.cause} recovered after {took:.2f}s "
+                                             f"(bound {blame.bound:.2f}s)")
         # -- the survivor must have recorded its rejection ----------------------------------
-        if pid is not None and cause != "kill":
-            alive_until = exits.get(pid, run_end)
-            if alive_until >= max(reaped_at, fault_end) + 2 * timing.heartbeat + REJECTION_SETTLE:
-                rejections_expected += 1
-                fence = r.get("worker_fence")
-                if r["rejections_recorded"]:
-                    rejections_found += 1
-                elif fence == "self_fenced":
-                    self_fenced += 1  # stopped on check_lease() before writing anything: nothing to reject
-                elif fence == "effect_succeed_rejected":
-                    effect_rejections += 1  # rejected by the execution store; job_events lacks it (core gap)
-                elif fence == "claim_never_delivered":
-                    # HA runs: the claim committed (and replicated) but the primary failed before the
-                    # worker read the reply, so no handler ever ran under this token (ledger).
-                    never_delivered += 1
-                else:
+        if pid is not None and blame.cause != "kill":
+            alive_until = windows.exits.get(pid, run_end)
+            if alive_until >= max(reaped_at, blame.fault_end) + 2 * timing.heartbeat + REJECTION_SETTLE:
+                fenced["checked"] += 1
+                outcome = _fence_outcome(r)
+                fenced[outcome] += 1
+                if outcome == "missing":
                     v["stale_writes_fenced"].append(
-                        f"job {jid}: reaped token {token[:8]} of surviving pid {pid} ({cause}) left no "
+                        f"job {jid}: reaped token {token[:8]} of surviving pid {pid} ({blame.cause}) left no "
                         f"recorded rejection")
     killed = recovery.get("kill", [])
     all_faulted = [x for kind, xs in recovery.items()
@@ -296,11 +336,11 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
         "recovery_seconds_by_cause": {k: _stats(xs) for k, xs in sorted(recovery.items())},
         "recovery_bound_seconds": round(timing.recovery_bound, 3),
         "hang_recovery_bound_seconds": round(timing.hang_bound, 3),
-        "fenced_attempts_checked": rejections_expected,
-        "fenced_attempts_with_recorded_rejection": rejections_found,
-        "fenced_attempts_self_fenced_before_writing": self_fenced,
-        "fenced_attempts_effect_succeed_rejected_unrecorded": effect_rejections,
-        "fenced_attempts_claim_never_delivered": never_delivered,
+        "fenced_attempts_checked": fenced["checked"],
+        "fenced_attempts_with_recorded_rejection": fenced["recorded"],
+        "fenced_attempts_self_fenced_before_writing": fenced["self_fenced"],
+        "fenced_attempts_effect_succeed_rejected_unrecorded": fenced["effect_succeed_rejected"],
+        "fenced_attempts_claim_never_delivered": fenced["claim_never_delivered"],
     })
 
 
