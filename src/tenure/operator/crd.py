@@ -107,13 +107,6 @@ def _spec_schema() -> dict[str, Any]:
                 "heartbeats",
                 "fieldPath": ".heartbeatSeconds",
             },
-            {
-                "rule": "!has(self.reaper) || !has(self.reaper.graceSeconds) || "
-                "self.reaper.graceSeconds >= self.heartbeatSeconds",
-                "message": "reaper.graceSeconds must be at least heartbeatSeconds: a shorter "
-                "grace reaps jobs whose heartbeat is merely late",
-                "fieldPath": ".reaper.graceSeconds",
-            },
         ],
         "properties": {
             "queue": {
@@ -330,8 +323,8 @@ def _reaper_schema() -> dict[str, Any]:
                 ],
             },
             "graceSeconds": _int(
-                "tenure reaper --grace: extra time past lease expiry before recovery; at least "
-                "heartbeatSeconds.",
+                "tenure reaper --grace: extra time before recovery, past lease expiry plus the "
+                "owner's registered heartbeat.",
                 s.REAPER_GRACE_SECONDS_DEFAULT,
                 0,
                 86400,

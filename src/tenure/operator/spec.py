@@ -224,12 +224,6 @@ class JobQueueSpec:
                 f"spec.heartbeatSeconds ({self.heartbeat_seconds}) must be at most a third of "
                 f"spec.leaseSeconds ({self.lease_seconds})"
             )
-        if self.reaper.grace_seconds < self.heartbeat_seconds:
-            raise SpecError(
-                f"spec.reaper.graceSeconds ({self.reaper.grace_seconds}) must be at least "
-                f"spec.heartbeatSeconds ({self.heartbeat_seconds}): a shorter grace would reap "
-                "jobs whose heartbeat is merely late (`tenure reaper` refuses it)"
-            )
         if self.scaling.min_replicas > self.scaling.max_replicas:
             raise SpecError(
                 f"spec.scaling.minReplicas ({self.scaling.min_replicas}) must be <= "
