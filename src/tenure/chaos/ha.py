@@ -234,9 +234,10 @@ class HaChaosHarness:
     def _verify_ha(self, wall: float, records: list[FailoverRecord], enqueued: int) -> HaReport:
         store = self.journal.reach("the cluster to check the invariants", attempts=100, wait=0.3)
         for rec in records:
-            store.fault_record(f"failover_{rec.kind}", pid=None, started=rec.started,
-                               ended=rec.first_write or rec.healthy_again or rec.started,
-                               detail={"old": rec.old_primary, "new": rec.new_primary})
+            self.journal.record(f"failover_{rec.kind}", None, rec.started,
+                                rec.first_write or rec.healthy_again or rec.started,
+                                old=rec.old_primary, new=rec.new_primary)
+        self.journal.flush()
         jobs = store.jobs_summary(QUEUE)
         with connect(self.ledger_dsn, application_name="tenure-chaos-ledger") as conn:
             ledger = ChaosStore(conn, self.schema).ledger_rows()
