@@ -1,4 +1,11 @@
-"""Fault injection with invariants (`tenure chaos`): harness, TCP proxy, chaos tasks, checks."""
+"""Fault injection with invariants (`tenure chaos`).
+
+One job per file, layered (import-linter contract "Chaos" in pyproject.toml): ``harness`` (the
+local run) and ``ha`` (the Patroni run) compose ``loop`` (the shared main loop), ``faults`` (plan
+and injector) or ``failover``, ``fleet`` (worker and reaper processes), ``producer``, ``patroni``,
+``journal`` (the run's database connection, clock offset, fault records, progress lines) and
+``config``, on top of ``store``, ``invariants`` and ``proxy``; ``tasks`` is the workers' app.
+"""
 
 QUEUE = "chaos"
 """The queue chaos jobs run on (in the run's own schema)."""
