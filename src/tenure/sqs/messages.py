@@ -239,6 +239,8 @@ def receive_once(call: Call, req: ReceiveRequest) -> list[Reply]:
         else:
             jobs = repo.claim(WORKER_ID, [name], req.limit, float(req.visibility))
         times = repo.sqs_first_receive([j.id for j in jobs])
+        if jobs and req.visibility == 0:  # received, and visible again at once
+            repo.sqs_change_visibility(WORKER_ID, [(j.id, j.lock_token, 0.0) for j in jobs], VISIBILITY_CAP_SECONDS)
     return [_message(call, req, j, times.get(j.id, (0, 0))) for j in jobs]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from tenure.sqs import params as p
 from tenure.sqs.errors import SqsError, invalid, missing
-from tenure.sqs.service import Call
+from tenure.sqs.service import WORKER_ID, Call
 
 Reply = dict[str, Any]
 RATE_MAX = 500
@@ -80,7 +80,7 @@ def start_message_move_task(call: Call, params: dict[str, Any]) -> Reply:
         call.check_access(target)
         if repo.sqs_queue_get(target) is None:
             raise SqsError("ResourceNotFoundException", "The destination queue does not exist.", status=400)
-        total = int(repo.sqs_queue_counts(source)["visible"])
+        total = int(repo.sqs_queue_counts(source, WORKER_ID)["visible"])
     tasks = _tasks(call)
     if any(t.source_arn == params["SourceArn"] and t.status == "RUNNING" for t in tasks.values()):
         raise SqsError("UnsupportedOperation", "There is already a task running on this source queue.")
@@ -116,6 +116,7 @@ async def _run(call: Call, task: MoveTask, source: str, target: str) -> None:
 
 def _move_batch(call: Call, source: str, target: str, limit: int) -> int:
     with call.service.repo() as repo:
+        repo.sqs_expire(source, WORKER_ID, None, None)
         return repo.sqs_message_move(source, target, limit)
 
 

@@ -146,7 +146,7 @@ def get_queue_attributes(call: Call, params: dict[str, Any]) -> Reply:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
     with call.service.repo() as repo:
         row = call.queue(repo, params)
-        counts = repo.sqs_queue_counts(row["name"]) if wanted else None
+        counts = repo.sqs_queue_counts(row["name"], WORKER_ID) if wanted else None
     if not wanted:
         return {}
     values = effective_attributes(row)

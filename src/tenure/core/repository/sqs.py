@@ -59,8 +59,8 @@ class SqsQueries(RepositoryBase):
     def sqs_queue_untag(self, name: str, keys: Sequence[str]) -> bool:
         return self._one("sqs_queue_untag", {"name": name, "keys": list(keys)}) is not None
 
-    def sqs_queue_counts(self, name: str) -> Row:
-        row = self._one("sqs_queue_counts", {"name": name})
+    def sqs_queue_counts(self, name: str, worker_id: str) -> Row:
+        row = self._one("sqs_queue_counts", {"name": name, "worker_id": worker_id})
         assert row is not None
         return row
 

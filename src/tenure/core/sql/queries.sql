@@ -961,9 +961,12 @@ UPDATE {schema}.sqs_queues SET tags = tags || %(tags)s::jsonb WHERE name = %(nam
 UPDATE {schema}.sqs_queues SET tags = tags - %(keys)s::text[] WHERE name = %(name)s RETURNING tags;
 
 -- name: sqs_queue_counts
--- The Approximate* counts of an SQS queue: visible, in flight (running) and delayed messages.
-SELECT count(*) FILTER (WHERE status = 'pending' AND available_at <= now())::bigint AS visible,
-       count(*) FILTER (WHERE status = 'running')::bigint AS in_flight,
+-- The Approximate* counts of an SQS queue: visible (an SQS claim whose visibility timeout ran out included), in flight (running) and delayed messages.
+SELECT count(*) FILTER (WHERE status = 'pending' AND available_at <= now()
+                           OR status = 'running' AND locked_by = %(worker_id)s AND lease_expires_at <= now())::bigint
+           AS visible,
+       count(*) FILTER (WHERE status = 'running' AND NOT (locked_by = %(worker_id)s AND lease_expires_at <= now()))::bigint
+           AS in_flight,
        count(*) FILTER (WHERE status = 'pending' AND available_at > now())::bigint AS delayed
 FROM {schema}.jobs WHERE queue_name = %(name)s AND status IN ('pending', 'running');
 
@@ -1101,7 +1104,7 @@ WITH input AS (
         updated_at = now()
     FROM current c
     WHERE j.id = c.id AND c.in_cap AND j.lock_token = c.token
-    RETURNING j.id, j.queue_name, c.token, c.timeout, j.fence, j.started_at, j.attempt_count
+    RETURNING c.ord, j.id, j.queue_name, c.token, c.timeout, j.fence, j.started_at, j.attempt_count
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT id, queue_name, 'visibility_released', token, %(worker_id)s, attempt_count, 'ChangeMessageVisibility',
@@ -1112,7 +1115,7 @@ WITH input AS (
 )
 SELECT i.ord, i.id,
        CASE WHEN u.id IS NOT NULL THEN 'changed' WHEN c.id IS NOT NULL THEN 'capped' ELSE 'stale' END AS outcome
-FROM input i LEFT JOIN current c ON c.ord = i.ord LEFT JOIN updated u ON u.id = i.id
+FROM input i LEFT JOIN current c ON c.ord = i.ord LEFT JOIN updated u ON u.ord = i.ord
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY i.ord;
 
