@@ -30,8 +30,8 @@ def register(sub: Any) -> None:
     auth.add_argument("--credentials", metavar="FILE",
                       help="keys allowed to call, one per line: ACCESS_KEY_ID:SECRET_ACCESS_KEY:QUEUE_GLOB[,GLOB...]")
     auth.add_argument("--no-auth", action="store_true", help="accept unsigned requests from anyone who can connect")
-    p.add_argument("--account-id", default=ACCOUNT_DEFAULT, help="the account id in queue URLs and ARNs")
-    p.add_argument("--region", default=REGION_DEFAULT, help="the region in ARNs and in signatures' scope")
+    p.add_argument("--account-id", default=ACCOUNT_DEFAULT, help=f"the account id in queue URLs and ARNs (default {ACCOUNT_DEFAULT})")
+    p.add_argument("--region", default=REGION_DEFAULT, help=f"the region in ARNs and in signatures' scope (default {REGION_DEFAULT})")
     p.set_defaults(func=cmd_sqs)
 
 

@@ -22,7 +22,7 @@ from tenure.sqs.wire import HandleError, md5_hex, md5_of_attributes, open_handle
 
 Reply = dict[str, Any]
 VISIBILITY_CAP_SECONDS = 43_200.0
-"""A message's visibility ends at most 12 h after it was received (SQS's bound)."""
+"""A message's visibility ends at most 12 h after its first receive (SQS's bound)."""
 _SYSTEM_NAMES = ("SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
                  "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
                  "DeadLetterQueueSourceArn")

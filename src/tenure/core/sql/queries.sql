@@ -1085,13 +1085,14 @@ SELECT f.job_id, (extract(epoch FROM f.first_received_at) * 1000)::bigint AS fir
 FROM firsts f JOIN {schema}.jobs j ON j.id = f.job_id;
 
 -- name: sqs_message_visibility
--- Change the visibility timeout (the lease) of received messages, each a CAS on its token, capped at `cap` seconds after the receive; 0 makes a message visible at once. Outcome per message: changed, capped or stale.
+-- Change the visibility timeout (the lease) of received messages, each a CAS on its token, capped at `cap` seconds after the first receive; 0 makes a message visible at once. Outcome per message: changed, capped or stale.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(timeouts)s::float8[]) WITH ORDINALITY
         AS t(id, token, timeout, ord)
 ), current AS (
     SELECT i.ord, j.id, i.token, i.timeout,
-           j.started_at + make_interval(secs => %(cap)s) >= now() + make_interval(secs => i.timeout) AS in_cap
+           coalesce((SELECT r.first_received_at FROM {schema}.sqs_receipts r WHERE r.job_id = j.id), j.started_at)
+               + make_interval(secs => %(cap)s) >= now() + make_interval(secs => i.timeout) AS in_cap
     FROM input i JOIN {schema}.jobs j
       ON j.id = i.id AND j.status = 'running' AND j.locked_by = %(worker_id)s AND j.lock_token = i.token
 ), updated AS (
