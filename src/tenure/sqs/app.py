@@ -50,18 +50,14 @@ UNSUPPORTED = frozenset({"AddPermission", "RemovePermission"})
 async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     """Claim until a message arrives or WaitTimeSeconds pass, waking on the queue's NOTIFY (and
     re-checking every ``long_poll_recheck`` seconds for delays and visibility timeouts that end)."""
-    def prepare() -> messages.ReceiveRequest:
-        with call.service.repo() as repo:
-            return messages.receive_request(call, repo, params)
-
-    req = await run_in_threadpool(prepare)
+    req, found = await run_in_threadpool(messages.receive_first, call, params)
     deadline = time.monotonic() + req.wait
     while True:
-        found = await run_in_threadpool(messages.receive_once, call, req)
         left = deadline - time.monotonic()
         if found or left <= 0:
             return {"Messages": found} if found else {}
         await call.service.wakeups.wait(req.queue["name"], min(left, call.config.long_poll_recheck))
+        found = await run_in_threadpool(messages.receive_once, call, req)
 
 
 def _error_response(exc: SqsError, request_id: str, *, json_protocol: bool) -> Response:

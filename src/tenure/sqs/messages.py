@@ -121,7 +121,7 @@ def _sent_reply(queue: Row, item: Outgoing, job_id: int) -> Reply:
 
 def send_message(call: Call, params: dict[str, Any]) -> Reply:
     with call.service.repo() as repo:
-        queue = call.queue(repo, params)
+        queue = call.queue(repo, params, cached=True)
         item = _outgoing(call, queue, params, None)
         [job_id] = _insert(call, repo, queue, [item])
     return _sent_reply(queue, item, job_id)
@@ -134,7 +134,7 @@ def _batch_error(entry_id: str, exc: SqsError) -> Reply:
 def send_message_batch(call: Call, params: dict[str, Any]) -> Reply:
     entries = p.entry_ids(params.get("Entries"), "SendMessageBatchRequestEntry")
     with call.service.repo() as repo:
-        queue = call.queue(repo, params)
+        queue = call.queue(repo, params, cached=True)
         good: list[Outgoing] = []
         failed: list[Reply] = []
         total = 0
@@ -165,7 +165,7 @@ class ReceiveRequest:
 
 
 def receive_request(call: Call, repo: Repository, params: dict[str, Any]) -> ReceiveRequest:
-    queue = call.queue(repo, params)
+    queue = call.queue(repo, params, cached=True)
     attrs = effective_attributes(queue)
     limit = p.integer(params.get("MaxNumberOfMessages", 1), "MaxNumberOfMessages", 1, 10)
     visibility = p.integer(params.get("VisibilityTimeout", attrs["VisibilityTimeout"]), "VisibilityTimeout", 0,
@@ -226,21 +226,32 @@ def _message(call: Call, req: ReceiveRequest, job: ClaimedJob, times: tuple[int,
     return message
 
 
+def receive_first(call: Call, params: dict[str, Any]) -> tuple[ReceiveRequest, list[Reply]]:
+    """The validated request and the first claim attempt, on one connection."""
+    with call.service.repo() as repo:
+        req = receive_request(call, repo, params)
+        return req, _receive(call, req, repo)
+
+
 def receive_once(call: Call, req: ReceiveRequest) -> list[Reply]:
     """One claim attempt: expired visibility first (redrive past maxReceiveCount), then the claim."""
+    with call.service.repo() as repo:
+        return _receive(call, req, repo)
+
+
+def _receive(call: Call, req: ReceiveRequest, repo: Repository) -> list[Reply]:
     name = req.queue["name"]
     target = p.redrive_target(req.queue["attributes"])
-    with call.service.repo() as repo:
-        repo.sqs_expire(name, WORKER_ID, target[0] if target else None, target[1] if target else None)
-        if req.queue["fifo"]:
-            with repo.conn.transaction():
-                repo.sqs_fifo_lock(name, "receive")
-                jobs = repo.sqs_fifo_claim(WORKER_ID, name, req.limit, float(req.visibility))
-        else:
-            jobs = repo.claim(WORKER_ID, [name], req.limit, float(req.visibility))
-        times = repo.sqs_first_receive([j.id for j in jobs])
-        if jobs and req.visibility == 0:  # received, and visible again at once
-            repo.sqs_change_visibility(WORKER_ID, [(j.id, j.lock_token, 0.0) for j in jobs], VISIBILITY_CAP_SECONDS)
+    repo.sqs_expire(name, WORKER_ID, target[0] if target else None, target[1] if target else None)
+    if req.queue["fifo"]:
+        with repo.conn.transaction():
+            repo.sqs_fifo_lock(name, "receive")
+            jobs = repo.sqs_fifo_claim(WORKER_ID, name, req.limit, float(req.visibility))
+    else:
+        jobs = repo.claim(WORKER_ID, [name], req.limit, float(req.visibility))
+    times = repo.sqs_first_receive([j.id for j in jobs])
+    if jobs and req.visibility == 0:  # received, and visible again at once
+        repo.sqs_change_visibility(WORKER_ID, [(j.id, j.lock_token, 0.0) for j in jobs], VISIBILITY_CAP_SECONDS)
     return [_message(call, req, j, times.get(j.id, (0, 0))) for j in jobs]
 
 
@@ -265,7 +276,7 @@ def _stale(queue: Row) -> SqsError:
 
 def delete_message(call: Call, params: dict[str, Any]) -> Reply:
     with call.service.repo() as repo:
-        queue = call.queue(repo, params)
+        queue = call.queue(repo, params, cached=True)
         job_id, token = _handle(call, queue, params.get("ReceiptHandle"))
         accepted = repo.complete_many(WORKER_ID, [(job_id, token)]).get(job_id, False)
     if not accepted and _strict(queue):
@@ -276,7 +287,7 @@ def delete_message(call: Call, params: dict[str, Any]) -> Reply:
 def delete_message_batch(call: Call, params: dict[str, Any]) -> Reply:
     entries = p.entry_ids(params.get("Entries"), "DeleteMessageBatchRequestEntry")
     with call.service.repo() as repo:
-        queue = call.queue(repo, params)
+        queue = call.queue(repo, params, cached=True)
         handles: list[tuple[str, int, uuid.UUID]] = []
         failed: list[Reply] = []
         for entry in entries:
@@ -308,7 +319,7 @@ def change_message_visibility(call: Call, params: dict[str, Any]) -> Reply:
         raise missing("VisibilityTimeout")
     timeout = p.integer(params["VisibilityTimeout"], "VisibilityTimeout", 0, p.VISIBILITY_MAX)
     with call.service.repo() as repo:
-        queue = call.queue(repo, params)
+        queue = call.queue(repo, params, cached=True)
         job_id, token = _handle(call, queue, params.get("ReceiptHandle"))
         [outcome] = repo.sqs_change_visibility(WORKER_ID, [(job_id, token, float(timeout))], VISIBILITY_CAP_SECONDS)
     if outcome != "changed":
@@ -319,7 +330,7 @@ def change_message_visibility(call: Call, params: dict[str, Any]) -> Reply:
 def change_message_visibility_batch(call: Call, params: dict[str, Any]) -> Reply:
     entries = p.entry_ids(params.get("Entries"), "ChangeMessageVisibilityBatchRequestEntry")
     with call.service.repo() as repo:
-        queue = call.queue(repo, params)
+        queue = call.queue(repo, params, cached=True)
         changes: list[tuple[str, int, uuid.UUID, float]] = []
         failed: list[Reply] = []
         for entry in entries:

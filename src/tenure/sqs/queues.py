@@ -58,6 +58,7 @@ def create_queue(call: Call, params: dict[str, Any]) -> Reply:
     with call.service.repo() as repo:
         _check_redrive(call, repo, attrs)
         row = repo.sqs_queue_create(name, fifo, attrs, tags)
+    call.forget_queue(name)
     if not row["created"]:
         current = effective_attributes(row)
         if any(current.get(k) != v for k, v in attrs.items()):
@@ -122,6 +123,7 @@ def delete_queue(call: Call, params: dict[str, Any]) -> Reply:
     with call.service.repo() as repo:
         row = call.queue(repo, params)
         repo.sqs_queue_delete(row["name"])
+    call.forget_queue(row["name"])
     return {}
 
 
@@ -169,6 +171,7 @@ def set_queue_attributes(call: Call, params: dict[str, Any]) -> Reply:
         attrs = p.queue_attributes(given, fifo=row["fifo"], creating=False)
         _check_redrive(call, repo, attrs)
         repo.sqs_queue_set_attributes(row["name"], attrs)
+    call.forget_queue(row["name"])
     return {}
 
 

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ ACTION_NAMES = (
     "SendMessageBatch", "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility",
     "ChangeMessageVisibilityBatch", "StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask")
 """Every action of the API (the ``action`` label's values, with ``unknown``)."""
+QUEUE_CACHE_SECONDS = 1.0
+"""How long a queue's row (attributes) is reused by the message actions of one process; its own
+changes invalidate it at once, another replica's show within this bound."""
 LONG_POLL_RECHECK_DEFAULT = 1.0
 """Seconds between re-checks of a long poll without a notification (delays and visibility
 timeouts end without one)."""
@@ -130,6 +134,8 @@ class SqsService:
             kwargs={"autocommit": True, "application_name": "tenure-sqs"}, connection_class=psycopg.Connection)
         self.key = b""
         self.wakeups = Wakeups(config)
+        self.queue_cache: dict[str, tuple[float, Row]] = {}
+        """Queue rows by name with their expiry (monotonic): :data:`QUEUE_CACHE_SECONDS`."""
         self.move_tasks: dict[str, Any] = {}
         """Message move tasks by handle (:mod:`tenure.sqs.moves`), this process's only."""
         self.metrics = SqsMetrics(CollectorRegistry(), ACTION_NAMES, self.wakeups.waiters)
@@ -188,11 +194,22 @@ class Call:
             raise SqsError("InvalidAddress", "The address QueueUrl is not valid for this endpoint.", status=404)
         return name
 
-    def queue(self, repo: Repository, params: dict[str, Any]) -> Row:
-        """The SQS queue the request names; QueueDoesNotExist, AccessDenied."""
+    def queue(self, repo: Repository, params: dict[str, Any], *, cached: bool = False) -> Row:
+        """The SQS queue the request names; QueueDoesNotExist, AccessDenied. ``cached``: a row
+        read in the last :data:`QUEUE_CACHE_SECONDS` will do (the message actions)."""
         name = self.queue_name_of(params)
         self.check_access(name)
+        cache = self.service.queue_cache
+        hit = cache.get(name) if cached else None
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
         row = repo.sqs_queue_get(name)
         if row is None:
+            cache.pop(name, None)
             raise no_queue()
+        cache[name] = (time.monotonic() + QUEUE_CACHE_SECONDS, row)
         return row
+
+    def forget_queue(self, name: str) -> None:
+        """Drop a queue's cached row after this process changed or deleted it."""
+        self.service.queue_cache.pop(name, None)
