@@ -97,6 +97,12 @@ def test_queue_lifecycle_attributes_tags_and_paging(sqs: Any) -> None:
     with pytest.raises(ClientError) as exc:
         sqs.create_queue(QueueName="bad name!")
     assert code(exc) == "InvalidParameterValue"
+    import urllib.request
+    with urllib.request.urlopen(sqs.meta.endpoint_url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert 'tenure_sqs_requests_total{action="CreateQueue",outcome="ok"} 5.0' in metrics
+    assert 'tenure_sqs_requests_total{action="GetQueueUrl",outcome="QueueDoesNotExist"} 1.0' in metrics
+    assert "tenure_sqs_long_polls_waiting 0.0" in metrics
 
 
 def test_send_receive_delete_with_exact_digests(sqs: Any) -> None:
