@@ -60,8 +60,8 @@ def open_handle(key: bytes, queue: str, handle: str) -> tuple[int, uuid.UUID]:
         raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4))
     except (binascii.Error, ValueError):
         raise HandleError("not a receipt handle") from None
-    if len(raw) != 24 + _MAC_BYTES:
-        raise HandleError("not a receipt handle")
+    if len(raw) != 24 + _MAC_BYTES or base64.urlsafe_b64encode(raw).decode().rstrip("=") != handle:
+        raise HandleError("not a receipt handle")  # one spelling per handle: no slack in the padding bits
     body, mac = raw[:24], raw[24:]
     expected = hmac.new(key, queue.encode() + b"\0" + body, hashlib.sha256).digest()[:_MAC_BYTES]
     if not hmac.compare_digest(mac, expected):
