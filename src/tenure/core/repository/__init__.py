@@ -18,7 +18,7 @@ One module per area, each a mixin over :class:`~tenure.core.repository.base.Repo
 - ``reads``: a job, its events, listings, queue figures, the doctor's views;
 - ``registry``: workers (R9); ``executions``: the execution store (R14);
 - ``dlq``: dead letters and retention (R12); ``control``: cancel, retry, pause, limits;
-- ``periodic``: periodic schedules.
+- ``periodic``: periodic schedules; ``sqs``: the queues and messages of `tenure sqs`.
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ from tenure.core.repository.specs import (
     iter_batches,
     max_payload_bytes,
 )
+from tenure.core.repository.sqs import SQS_TASK, SqsQueries
 
 __all__ = [
     "DELAY_MAX_SECONDS", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
-    "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "REJECTED_WRITE_EVENTS", "STATS_STALE_FRACTION",
+    "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "REJECTED_WRITE_EVENTS", "SQS_TASK", "STATS_STALE_FRACTION",
     "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "HeartbeatOutcome", "JobSpec", "ReapCandidate",
     "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
     "max_payload_bytes",
@@ -65,5 +66,5 @@ __all__ = [
 
 
 class Repository(SchemaQueries, EnqueueQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
-                 ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries):
+                 ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries):
     """Named queries bound to one connection and one schema: every area's queries together."""

@@ -1,0 +1,90 @@
+"""`tenure sqs`: serve an SQS-compatible API over tenure's leases (docs/sqs.md).
+
+Requests must be signed (SigV4) with a key of ``--credentials FILE``; ``--no-auth`` accepts
+every request and must be given explicitly. Binds to loopback unless ``--bind`` says otherwise.
+The schema must be migrated (`tenure migrate`). Prints ``sqs listening on http://HOST:PORT``
+once it accepts connections (``--bind 127.0.0.1:0`` picks a free port)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+from typing import Any
+
+import psycopg
+
+from tenure.cli.common import command
+from tenure.core.errors import ConfigError
+from tenure.sqs.auth import load_credentials
+from tenure.sqs.service import ACCOUNT_DEFAULT, BIND_DEFAULT, REGION_DEFAULT, SqsConfig, SqsService
+
+ORDER = 55
+log = logging.getLogger("tenure.sqs")
+
+
+def register(sub: Any) -> None:
+    p = command(sub, "sqs", "serve an SQS-compatible API (AWS JSON 1.0 and query protocols) over tenure's queues")
+    p.add_argument("--bind", default=BIND_DEFAULT, help=f"HOST:PORT to listen on (default {BIND_DEFAULT})")
+    auth = p.add_mutually_exclusive_group(required=True)
+    auth.add_argument("--credentials", metavar="FILE",
+                      help="keys allowed to call, one per line: ACCESS_KEY_ID:SECRET_ACCESS_KEY:QUEUE_GLOB[,GLOB...]")
+    auth.add_argument("--no-auth", action="store_true", help="accept unsigned requests from anyone who can connect")
+    p.add_argument("--account-id", default=ACCOUNT_DEFAULT, help=f"the account id in queue URLs and ARNs (default {ACCOUNT_DEFAULT})")
+    p.add_argument("--region", default=REGION_DEFAULT, help=f"the region in ARNs and in signatures' scope (default {REGION_DEFAULT})")
+    p.set_defaults(func=cmd_sqs)
+
+
+def _listen(bind: str) -> socket.socket:
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {bind}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def cmd_sqs(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from tenure.sqs.app import build_app
+
+    credentials = load_credentials(args.credentials) if args.credentials else None
+    config = SqsConfig(dsn=args.dsn, schema=args.schema, bind=args.bind, account_id=args.account_id,
+                       region=args.region, credentials=credentials)
+    config.validate()
+    if credentials is None:
+        log.warning("tenure sqs: --no-auth: every request is accepted unsigned; bind to a trusted network only")
+    service = SqsService(config)
+    try:
+        service.open()
+    except psycopg_errors() as exc:
+        service.close()
+        raise ConfigError(f"cannot open the database: {str(exc).splitlines()[0]}") from None
+    except BaseException:
+        service.close()
+        raise
+    sock = _listen(config.bind)
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(build_app(service), log_level="warning", access_log=False,
+                                           lifespan="on", timeout_graceful_shutdown=5))
+    shown = f"[{host}]" if ":" in host else host
+    print(f"sqs listening on http://{shown}:{port}", flush=True)
+    server.run(sockets=[sock])
+    return 0
+
+
+def psycopg_errors() -> tuple[type[BaseException], ...]:
+    return (psycopg.OperationalError, psycopg_pool_timeout())
+
+
+def psycopg_pool_timeout() -> type[BaseException]:
+    from psycopg_pool import PoolTimeout
+    return PoolTimeout

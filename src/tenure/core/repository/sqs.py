@@ -1,0 +1,128 @@
+"""The queries of `tenure sqs` (issue 25): SQS queues, their messages (jobs), FIFO deduplication and
+the fenced visibility change. Receiving goes through :meth:`LeaseQueries.claim` (standard queues)
+or :meth:`SqsQueries.sqs_fifo_claim` (the FIFO lane); deleting through
+:meth:`LeaseQueries.complete_many`, so SQS traffic is audited like any worker's."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb
+
+from tenure.core.repository.base import RepositoryBase
+from tenure.core.repository.lease import ClaimedJob, LeaseQueries
+from tenure.core.repository.specs import Row
+
+SQS_TASK = "sqs.message"
+"""The task of every job an SQS client sends (a tenure App handler registers this name)."""
+SQS_DEDUP_WINDOW_SECONDS = 300.0
+"""SQS's FIFO deduplication window: 5 minutes."""
+
+
+class SqsQueries(RepositoryBase):
+    """SQS queues and messages on one connection; every message write is a CAS on its token."""
+
+    def sqs_secret(self, candidate: bytes) -> bytes:
+        """The shared HMAC key of the receipt handles (``candidate`` is stored if none is yet)."""
+        row = self._one("sqs_secret_ensure", {"key": candidate})
+        assert row is not None
+        return bytes(row["hmac_key"])
+
+    def sqs_queue_create(self, name: str, fifo: bool, attributes: dict[str, str], tags: dict[str, str]) -> Row:
+        row = self._one("sqs_queue_create", {"name": name, "fifo": fifo, "attributes": Jsonb(attributes),
+                                             "tags": Jsonb(tags)})
+        assert row is not None
+        return row
+
+    def sqs_queue_get(self, name: str) -> Row | None:
+        return self._one("sqs_queue_get", {"name": name})
+
+    def sqs_queue_list(self, prefix: str, after: str, limit: int) -> list[str]:
+        return [r["name"] for r in self._rows("sqs_queue_list", {"prefix": prefix, "after": after, "limit": limit})]
+
+    def sqs_queue_delete(self, name: str) -> bool:
+        return self._one("sqs_queue_delete", {"name": name}) is not None
+
+    def sqs_queue_purge(self, name: str, worker_id: str) -> int:
+        row = self._one("sqs_queue_purge", {"name": name, "worker_id": worker_id})
+        return int(row["purged"]) if row else 0
+
+    def sqs_queue_set_attributes(self, name: str, attributes: dict[str, str]) -> bool:
+        return self._one("sqs_queue_set_attributes", {"name": name, "attributes": Jsonb(attributes)}) is not None
+
+    def sqs_queue_tag(self, name: str, tags: dict[str, str]) -> bool:
+        return self._one("sqs_queue_tag", {"name": name, "tags": Jsonb(tags)}) is not None
+
+    def sqs_queue_untag(self, name: str, keys: Sequence[str]) -> bool:
+        return self._one("sqs_queue_untag", {"name": name, "keys": list(keys)}) is not None
+
+    def sqs_queue_counts(self, name: str, worker_id: str) -> Row:
+        row = self._one("sqs_queue_counts", {"name": name, "worker_id": worker_id})
+        assert row is not None
+        return row
+
+    def sqs_dead_letter_sources(self, arn: str) -> list[str]:
+        return [r["name"] for r in self._rows("sqs_queue_dead_letter_sources", {"arn": arn})]
+
+    def sqs_send(self, queue: str, payloads: Sequence[str], delays: Sequence[float], max_attempts: int) -> list[int]:
+        """Insert messages (JSON payload texts) in order; their job ids, in the same order."""
+        rows = self._rows("sqs_message_send", {"queue": queue, "task": SQS_TASK, "payloads": list(payloads),
+                                               "delays": [float(d) for d in delays], "max_attempts": max_attempts,
+                                               "channel": self.channel})
+        return [int(r["id"]) for r in rows]
+
+    def sqs_fifo_lock(self, queue: str, lane: str) -> None:
+        """Serialise the ``send`` or the ``receive`` lane of a FIFO queue for this transaction."""
+        self._rows("sqs_fifo_lock", {"queue": queue, "lane": lane})
+
+    def sqs_dedup_lookup(self, queue: str, dedup_ids: Sequence[str]) -> dict[str, int]:
+        return {r["dedup_id"]: int(r["job_id"]) for r in self._rows("sqs_dedup_lookup", {
+            "queue": queue, "dedup_ids": list(dedup_ids), "window": SQS_DEDUP_WINDOW_SECONDS})}
+
+    def sqs_dedup_record(self, queue: str, dedup: dict[str, int]) -> None:
+        if dedup:
+            self._rows("sqs_dedup_record", {"queue": queue, "dedup_ids": list(dedup),
+                                            "job_ids": list(dedup.values())})
+
+    def sqs_expire(self, queue: str, worker_id: str, dlq: str | None, max_receive: int | None) -> Row:
+        """Return the queue's expired in-flight messages to it (or redrive them to ``dlq``)."""
+        row = self._one("sqs_message_expire", {"queue": queue, "worker_id": worker_id, "dlq": dlq,
+                                               "max_receive": max_receive})
+        assert row is not None
+        return row
+
+    def sqs_fifo_claim(self, worker_id: str, queue: str, limit: int, lease: float) -> list[ClaimedJob]:
+        """The FIFO lane (call inside a transaction holding ``sqs_fifo_lock(queue, "receive")``)."""
+        with self.conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(self._q["sqs_fifo_claim"], {"queue": queue, "limit": limit, "lease": float(lease),
+                                                    "worker_id": worker_id})
+            rows = cur.fetchall()
+            LeaseQueries._check_claim_columns(cur.description)
+        return LeaseQueries._claimed(rows)
+
+    def sqs_first_receive(self, ids: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """``{job id: (first receive, sent)}`` in epoch ms, recording the first receive of
+        messages received for the first time."""
+        if not ids:
+            return {}
+        return {int(r["job_id"]): (int(r["first_ms"]), int(r["sent_ms"]))
+                for r in self._rows("sqs_message_first_receive", {"ids": list(ids)})}
+
+    def sqs_change_visibility(self, worker_id: str, changes: Sequence[tuple[int, uuid.UUID, float]],
+                              cap: float) -> list[str]:
+        """Per change, in order: ``changed``, ``capped`` (past ``cap`` seconds after its receive)
+        or ``stale`` (the token is no longer the message's)."""
+        rows: list[Any] = self._rows("sqs_message_visibility", {
+            "ids": [c[0] for c in changes], "tokens": [c[1] for c in changes],
+            "timeouts": [float(c[2]) for c in changes], "cap": float(cap), "worker_id": worker_id,
+            "channel": self.channel})
+        return [str(r["outcome"]) for r in rows]
+
+    def sqs_message_move(self, source: str, target: str, limit: int) -> int:
+        """Move up to ``limit`` visible messages from ``source`` to ``target`` (a move task's step)."""
+        row = self._one("sqs_message_move", {"source": source, "target": target, "limit": limit,
+                                             "channel": self.channel})
+        return int(row["moved"]) if row else 0

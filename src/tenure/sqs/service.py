@@ -1,0 +1,215 @@
+"""The state one `tenure sqs` process shares between requests: its config, a connection pool, the
+receipt handles' key, and the long-poll wake-ups (one LISTEN connection). A request is a
+:class:`Call`: the service, the URL base the client used, and the credential that signed it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import psycopg
+from prometheus_client import CollectorRegistry
+from psycopg_pool import ConnectionPool
+
+from tenure.core.db import connect
+from tenure.core.repository import Repository
+from tenure.core.repository.specs import Row
+from tenure.sqs.auth import Credential
+from tenure.sqs.errors import SqsError, missing, no_queue
+from tenure.sqs.metrics import SqsMetrics
+
+log = logging.getLogger("tenure.sqs")
+
+WORKER_ID = "tenure-sqs"
+"""The owner (``locked_by``) of every claim made over SQS, the same in every replica, so that a
+receipt handle from one replica deletes through another."""
+POOL_SIZE_DEFAULT = 8
+BIND_DEFAULT = "127.0.0.1:9324"
+ACCOUNT_DEFAULT = "000000000000"
+REGION_DEFAULT = "us-east-1"
+ACTION_NAMES = (
+    "CreateQueue", "GetQueueUrl", "ListQueues", "DeleteQueue", "PurgeQueue", "GetQueueAttributes",
+    "SetQueueAttributes", "TagQueue", "UntagQueue", "ListQueueTags", "ListDeadLetterSourceQueues", "SendMessage",
+    "SendMessageBatch", "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch", "StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask")
+"""Every action of the API (the ``action`` label's values, with ``unknown``)."""
+QUEUE_CACHE_SECONDS = 1.0
+"""How long a queue's row (attributes) is reused by the message actions of one process; its own
+changes invalidate it at once, another replica's show within this bound."""
+LONG_POLL_RECHECK_DEFAULT = 1.0
+"""Seconds between re-checks of a long poll without a notification (delays and visibility
+timeouts end without one)."""
+
+
+@dataclass(frozen=True)
+class SqsConfig:
+    dsn: str
+    schema: str
+    bind: str = BIND_DEFAULT
+    account_id: str = ACCOUNT_DEFAULT
+    region: str = REGION_DEFAULT
+    credentials: dict[str, Credential] | None = field(default=None, hash=False)
+    """None: --no-auth (every request accepted, unsigned or not)."""
+    pool_size: int = POOL_SIZE_DEFAULT
+    long_poll_recheck: float = LONG_POLL_RECHECK_DEFAULT
+
+    def validate(self) -> None:
+        from tenure.core.errors import ConfigError
+        host, _, port = self.bind.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"--bind must be HOST:PORT, got {self.bind!r}")
+        if len(self.account_id) != 12 or not self.account_id.isdigit():
+            raise ConfigError(f"--account-id must be 12 digits, got {self.account_id!r}")
+        if not self.region or not all(c.isalnum() or c == "-" for c in self.region):
+            raise ConfigError(f"invalid --region {self.region!r}")
+        if self.pool_size < 1:
+            raise ConfigError("the pool size must be >= 1")
+
+
+class Wakeups:
+    """Long polls waiting per queue, woken when the database notifies the queue (enqueue,
+    release, requeue). One thread holds the LISTEN connection and reconnects after an error."""
+
+    def __init__(self, config: SqsConfig) -> None:
+        self.config = config
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.waiting: dict[str, set[asyncio.Event]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="tenure-sqs-listen", daemon=True)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+
+    def waiters(self) -> int:
+        return sum(len(v) for v in self.waiting.values())
+
+    async def wait(self, queue: str, timeout: float) -> None:
+        event = asyncio.Event()
+        self.waiting.setdefault(queue, set()).add(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self.waiting.get(queue, set()).discard(event)
+
+    def _wake(self, queue: str) -> None:
+        for event in self.waiting.get(queue, ()):
+            event.set()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                with connect(self.config.dsn, application_name="tenure-sqs-listen") as conn:
+                    Repository(conn, self.config.schema).listen()
+                    while not self.stop.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if self.loop is not None:
+                                self.loop.call_soon_threadsafe(self._wake, note.payload)
+            except psycopg.Error as exc:
+                log.warning("sqs: LISTEN connection failed, retrying: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                self.stop.wait(1.0)
+
+
+class SqsService:
+    """The shared state: config, pool, HMAC key, wake-ups."""
+
+    def __init__(self, config: SqsConfig) -> None:
+        config.validate()
+        self.config = config
+        self.pool: ConnectionPool[Any] = ConnectionPool(
+            config.dsn, min_size=1, max_size=config.pool_size, open=False, name="tenure-sqs",
+            kwargs={"autocommit": True, "application_name": "tenure-sqs"}, connection_class=psycopg.Connection)
+        self.key = b""
+        self.wakeups = Wakeups(config)
+        self.queue_cache: dict[str, tuple[float, Row]] = {}
+        """Queue rows by name with their expiry (monotonic): :data:`QUEUE_CACHE_SECONDS`."""
+        self.move_tasks: dict[str, Any] = {}
+        """Message move tasks by handle (:mod:`tenure.sqs.moves`), this process's only."""
+        self.metrics = SqsMetrics(CollectorRegistry(), ACTION_NAMES, self.wakeups.waiters)
+
+    def open(self) -> None:
+        """Open the pool and load (or create) the shared HMAC key; the schema must be current."""
+        self.pool.open(wait=True, timeout=30)
+        with self.repo() as repo:
+            repo.check_schema()
+            self.key = repo.sqs_secret(secrets.token_bytes(32))
+
+    def close(self) -> None:
+        self.wakeups.close()
+        self.pool.close()
+
+    @contextmanager
+    def repo(self) -> Iterator[Repository]:
+        with self.pool.connection() as conn:
+            yield Repository(conn, self.config.schema)
+
+
+@dataclass
+class Call:
+    """One request: the service, the URL base the client reached, the signing credential."""
+
+    service: SqsService
+    base_url: str
+    credential: Credential | None
+    path_queue: str | None = None
+    """The queue named by the request path (query protocol: POST /ACCOUNT/QUEUE)."""
+
+    @property
+    def config(self) -> SqsConfig:
+        return self.service.config
+
+    def queue_url(self, name: str) -> str:
+        return f"{self.base_url}/{self.config.account_id}/{name}"
+
+    def queue_arn(self, name: str) -> str:
+        return f"arn:aws:sqs:{self.config.region}:{self.config.account_id}:{name}"
+
+    def check_access(self, name: str) -> None:
+        if self.credential is not None and not self.credential.allows(name):
+            raise SqsError("AccessDenied", f"Access to the queue {name} is denied for this key.", status=403)
+
+    def queue_name_of(self, params: dict[str, Any]) -> str:
+        """The queue a request names by QueueUrl (or the request path)."""
+        url = params.get("QueueUrl")
+        if url is None and self.path_queue:
+            return self.path_queue
+        if not isinstance(url, str) or not url:
+            raise missing("QueueUrl")
+        path = urlparse(url).path if "://" in url else url
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if not name:
+            raise SqsError("InvalidAddress", "The address QueueUrl is not valid for this endpoint.", status=404)
+        return name
+
+    def queue(self, repo: Repository, params: dict[str, Any], *, cached: bool = False) -> Row:
+        """The SQS queue the request names; QueueDoesNotExist, AccessDenied. ``cached``: a row
+        read in the last :data:`QUEUE_CACHE_SECONDS` will do (the message actions)."""
+        name = self.queue_name_of(params)
+        self.check_access(name)
+        cache = self.service.queue_cache
+        hit = cache.get(name) if cached else None
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        row = repo.sqs_queue_get(name)
+        if row is None:
+            cache.pop(name, None)
+            raise no_queue()
+        cache[name] = (time.monotonic() + QUEUE_CACHE_SECONDS, row)
+        return row
+
+    def forget_queue(self, name: str) -> None:
+        """Drop a queue's cached row after this process changed or deleted it."""
+        self.service.queue_cache.pop(name, None)

@@ -1,0 +1,387 @@
+"""`tenure sqs` with real boto3 against a real `tenure sqs` subprocess and real PostgreSQL:
+every action, SQS's limits and error codes, and the fencing of deletes and visibility changes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from sqs_server import client, start_sqs
+from support.processes import run_cli, wait_for
+from tenure.core.db import connect
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture
+def sqs(cli_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+    proc, url = start_sqs(cli_env, tmp_path / "sqs.log", "--no-auth", "--account-id", "123456789012")
+    try:
+        yield client(url)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def code(exc: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(exc.value.response["Error"]["Code"])
+
+
+def md5_attributes(attrs: dict[str, dict[str, Any]]) -> str:
+    """MD5OfMessageAttributes as the Java SDK computes it (independent of tenure.sqs.wire)."""
+    buf = b""
+    for name in sorted(attrs):
+        a = attrs[name]
+        enc = [name.encode(), a["DataType"].encode()]
+        buf += b"".join(struct.pack(">i", len(x)) + x for x in enc)
+        if "BinaryValue" in a:
+            buf += b"\x02" + struct.pack(">i", len(a["BinaryValue"])) + a["BinaryValue"]
+        else:
+            v = a["StringValue"].encode()
+            buf += b"\x01" + struct.pack(">i", len(v)) + v
+    return hashlib.md5(buf).hexdigest()
+
+
+def test_queue_lifecycle_attributes_tags_and_paging(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="orders", Attributes={"VisibilityTimeout": "45"}, tags={"team": "a"})["QueueUrl"]
+    assert url.endswith("/123456789012/orders")
+    assert sqs.create_queue(QueueName="orders", Attributes={"VisibilityTimeout": "45"})["QueueUrl"] == url
+    with pytest.raises(ClientError) as exc:
+        sqs.create_queue(QueueName="orders", Attributes={"VisibilityTimeout": "46"})
+    assert code(exc) == "QueueAlreadyExists"
+    assert sqs.get_queue_url(QueueName="orders")["QueueUrl"] == url
+    for name in ("orders-2", "orders-3", "other"):
+        sqs.create_queue(QueueName=name)
+    assert [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix="orders")["QueueUrls"]] == [
+        "orders", "orders-2", "orders-3"]
+    page = sqs.list_queues(QueueNamePrefix="orders", MaxResults=2)
+    assert len(page["QueueUrls"]) == 2
+    rest = sqs.list_queues(QueueNamePrefix="orders", MaxResults=2, NextToken=page["NextToken"])
+    assert [u.rsplit("/", 1)[1] for u in rest["QueueUrls"]] == ["orders-3"] and "NextToken" not in rest
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["VisibilityTimeout"] == "45" and attrs["QueueArn"] == "arn:aws:sqs:us-east-1:123456789012:orders"
+    assert attrs["ApproximateNumberOfMessages"] == "0" and int(attrs["CreatedTimestamp"]) > 1_600_000_000
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "2", "MaximumMessageSize": "2048"})
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["DelaySeconds", "MaximumMessageSize"])
+    assert got["Attributes"] == {"DelaySeconds": "2", "MaximumMessageSize": "2048"}
+    for bad in ({"VisibilityTimeout": "43201"}, {"DelaySeconds": "-1"}, {"MaximumMessageSize": "1023"}):
+        with pytest.raises(ClientError) as exc:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes=bad)
+        assert code(exc) == "InvalidAttributeValue"
+    with pytest.raises(ClientError) as exc:
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Nope"])
+    assert code(exc) == "InvalidAttributeName"
+    sqs.tag_queue(QueueUrl=url, Tags={"env": "prod"})
+    sqs.untag_queue(QueueUrl=url, TagKeys=["team"])
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"env": "prod"}
+    sqs.delete_queue(QueueUrl=url)
+    with pytest.raises(ClientError) as exc:
+        sqs.get_queue_url(QueueName="orders")
+    assert code(exc) == "AWS.SimpleQueueService.NonExistentQueue"
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.send_message(QueueUrl=url, MessageBody="x")
+    with pytest.raises(ClientError) as exc:
+        sqs.create_queue(QueueName="bad name!")
+    assert code(exc) == "InvalidParameterValue"
+    import urllib.request
+    with urllib.request.urlopen(sqs.meta.endpoint_url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert 'tenure_sqs_requests_total{action="CreateQueue",outcome="ok"} 5.0' in metrics
+    assert 'tenure_sqs_requests_total{action="GetQueueUrl",outcome="QueueDoesNotExist"} 1.0' in metrics
+    assert "tenure_sqs_long_polls_waiting 0.0" in metrics
+
+
+def test_send_receive_delete_with_exact_digests(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="digests")["QueueUrl"]
+    attrs = {"trace": {"DataType": "String", "StringValue": "abc"},
+             "n": {"DataType": "Number.int", "StringValue": "42"},
+             "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xffdata"}}
+    body = "héllo ✓ \U0001f600"
+    sent = sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attrs)
+    assert sent["MD5OfMessageBody"] == hashlib.md5(body.encode()).hexdigest()
+    assert sent["MD5OfMessageAttributes"] == md5_attributes(attrs)
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"],
+                              MessageAttributeNames=["All"])["Messages"]
+    assert len(got) == 1 and got[0]["Body"] == body and got[0]["MessageId"] == sent["MessageId"]
+    assert got[0]["MD5OfBody"] == sent["MD5OfMessageBody"]
+    assert got[0]["MessageAttributes"] == attrs and got[0]["MD5OfMessageAttributes"] == md5_attributes(attrs)
+    system = got[0]["Attributes"]
+    assert system["ApproximateReceiveCount"] == "1"
+    assert abs(int(system["SentTimestamp"]) - time.time() * 1000) < 60_000
+    assert int(system["ApproximateFirstReceiveTimestamp"]) >= int(system["SentTimestamp"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)
+    # Attribute names by prefix select only those attributes (and their digest covers only them).
+    sqs.send_message(QueueUrl=url, MessageBody="p", MessageAttributes=attrs)
+    [m] = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["tr.*", "n"])["Messages"]
+    assert set(m["MessageAttributes"]) == {"n"} or set(m["MessageAttributes"]) == {"n"} | {"trace"}
+    selected = {k: attrs[k] for k in m["MessageAttributes"]}
+    assert m["MD5OfMessageAttributes"] == md5_attributes(selected)
+    assert "Attributes" not in m
+
+
+def test_batches_and_limits(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="limits")["QueueUrl"]
+    entries = [{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(10)]
+    result = sqs.send_message_batch(QueueUrl=url, Entries=entries)
+    assert sorted(r["Id"] for r in result["Successful"]) == sorted(e["Id"] for e in entries)
+    for bad, expected in (([*entries, {"Id": "x", "MessageBody": "y"}], "TooManyEntriesInBatchRequest"),
+                          ([entries[0], entries[0]], "BatchEntryIdsNotDistinct"),
+                          ([{"Id": "bad id!", "MessageBody": "y"}], "InvalidBatchEntryId"),
+                          ([], "EmptyBatchRequest")):
+        with pytest.raises(ClientError) as exc:
+            sqs.send_message_batch(QueueUrl=url, Entries=bad)
+        assert code(exc) == f"AWS.SimpleQueueService.{expected}"
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": f"b{i}", "MessageBody": "x" * 200_000}
+                                                       for i in range(2)])
+    assert code(exc) == "AWS.SimpleQueueService.BatchRequestTooLong"
+    # A bad entry fails alone.
+    mixed = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "ok", "MessageBody": "fine"},
+                                                          {"Id": "bad", "MessageBody": "x", "DelaySeconds": 901}])
+    assert [r["Id"] for r in mixed["Successful"]] == ["ok"]
+    assert mixed["Failed"][0]["Id"] == "bad" and mixed["Failed"][0]["SenderFault"] is True
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="x" * 262_145)
+    assert code(exc) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="bad \x00 char")
+    assert code(exc) == "InvalidMessageContents"
+    for kwargs in ({"MaxNumberOfMessages": 11}, {"MaxNumberOfMessages": 0}, {"VisibilityTimeout": 43201},
+                   {"WaitTimeSeconds": 21}):
+        with pytest.raises(ClientError) as exc:
+            sqs.receive_message(QueueUrl=url, **kwargs)
+        assert code(exc) == "InvalidParameterValue"
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert len(received) == 10
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        *({"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(received[:9])),
+        {"Id": "forged", "ReceiptHandle": forge(received[9]["ReceiptHandle"])}])
+    assert len(deleted["Successful"]) == 9 and deleted["Failed"][0]["Code"] == "ReceiptHandleIsInvalid"
+    with pytest.raises(ClientError) as exc:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-handle")
+    assert code(exc) == "ReceiptHandleIsInvalid"
+    other = sqs.create_queue(QueueName="limits-other")["QueueUrl"]
+    with pytest.raises(ClientError) as exc:  # a handle is sealed for its queue
+        sqs.delete_message(QueueUrl=other, ReceiptHandle=received[9]["ReceiptHandle"])
+    assert code(exc) == "ReceiptHandleIsInvalid"
+    sqs.purge_queue(QueueUrl=url)
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
+                                                                    "ApproximateNumberOfMessagesNotVisible"])
+    assert counts["Attributes"] == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def forge(handle: str) -> str:
+    """The handle with its last characters (the MAC) changed."""
+    return handle[:-2] + ("AB" if handle[-2:] != "AB" else "BA")
+
+
+def _events(dsn: str, schema: str, event: str) -> list[dict[str, Any]]:
+    with connect(dsn) as conn:
+        return list(conn.execute(f'SELECT * FROM "{schema}".job_events WHERE event = %s', (event,)).fetchall())
+
+
+def test_stale_delete_leaves_the_message_and_is_audited(sqs: Any, dsn: str, schema: str) -> None:
+    url = sqs.create_queue(QueueName="fenced")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="once")
+    [first] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"]
+    time.sleep(1.2)
+    [second] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30, AttributeNames=["ApproximateReceiveCount"])[
+        "Messages"]
+    assert second["ReceiptHandle"] != first["ReceiptHandle"]
+    assert second["Attributes"]["ApproximateReceiveCount"] == "2"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])  # 200, as SQS answers
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+    assert attrs["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "1"
+    assert len(_events(dsn, schema, "stale_completion_rejected")) == 1
+    # The stale handle cannot move the visibility either; the current one can, and deletes.
+    with pytest.raises(ClientError) as exc:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=5)
+    assert code(exc) == "AWS.SimpleQueueService.MessageNotInflight"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert len(_events(dsn, schema, "completed")) == 1
+    # A strict queue refuses the stale handle.
+    strict = sqs.create_queue(QueueName="fenced-strict", Attributes={"strict": "true"})["QueueUrl"]
+    sqs.send_message(QueueUrl=strict, MessageBody="once")
+    [old] = sqs.receive_message(QueueUrl=strict, VisibilityTimeout=1)["Messages"]
+    time.sleep(1.2)
+    assert sqs.receive_message(QueueUrl=strict)["Messages"]
+    with pytest.raises(ClientError) as exc:
+        sqs.delete_message(QueueUrl=strict, ReceiptHandle=old["ReceiptHandle"])
+    assert code(exc) == "ReceiptHandleIsInvalid"
+
+
+def test_visibility_changes_release_and_the_12_hour_cap(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="visibility")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="v")
+    [m] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=300)["Messages"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=43_000)
+    with pytest.raises(ClientError) as exc:  # past 12 h from the receive
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=43_200)
+    assert code(exc) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as exc:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=43_201)
+    assert code(exc) == "InvalidParameterValue"
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+    [again] = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+    batch = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "now", "ReceiptHandle": again["ReceiptHandle"], "VisibilityTimeout": 60},
+        {"Id": "old", "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 60}])
+    assert [e["Id"] for e in batch["Successful"]] == ["now"] and batch["Failed"][0]["Id"] == "old"
+
+
+def test_long_poll_wakes_on_send(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="poll")["QueueUrl"]
+    t0 = time.monotonic()
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)
+    assert time.monotonic() - t0 >= 0.9
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append((sqs.receive_message(QueueUrl=url, WaitTimeSeconds=15),
+                                                         time.monotonic())))
+    waiter.start()
+    time.sleep(1.0)
+    sent_at = time.monotonic()
+    sqs.send_message(QueueUrl=url, MessageBody="wake")
+    waiter.join(20)
+    reply, done = got[0]
+    assert reply["Messages"][0]["Body"] == "wake"
+    assert done - sent_at < 0.9  # woken by NOTIFY, not by the 1 s re-check or the 15 s timeout
+
+
+def test_fifo_order_groups_and_deduplication(sqs: Any) -> None:
+    with pytest.raises(ClientError):
+        sqs.create_queue(QueueName="plain", Attributes={"FifoQueue": "true"})
+    url = sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g")  # no dedup id, no content dedup
+    assert code(exc) == "InvalidParameterValue"
+    ids = [sqs.send_message(QueueUrl=url, MessageBody=f"a{i}", MessageGroupId="A",
+                            MessageDeduplicationId=f"a{i}")["MessageId"] for i in range(3)]
+    assert sqs.send_message(QueueUrl=url, MessageBody="dup", MessageGroupId="A",
+                            MessageDeduplicationId="a0")["MessageId"] == ids[0]
+    sqs.send_message(QueueUrl=url, MessageBody="b0", MessageGroupId="B", MessageDeduplicationId="b0")
+    [a0] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, AttributeNames=["All"])["Messages"]
+    assert a0["Body"] == "a0" and a0["Attributes"]["MessageGroupId"] == "A"
+    # While a0 is in flight group A delivers nothing; B does.
+    [b0] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert b0["Body"] == "b0"
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=a0["ReceiptHandle"])
+    rest = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in rest] == ["a1", "a2"]
+    content = sqs.create_queue(QueueName="content.fifo", Attributes={"FifoQueue": "true",
+                                                                     "ContentBasedDeduplication": "true"})["QueueUrl"]
+    one = sqs.send_message(QueueUrl=content, MessageBody="same", MessageGroupId="g")["MessageId"]
+    assert sqs.send_message(QueueUrl=content, MessageBody="same", MessageGroupId="g")["MessageId"] == one
+    with pytest.raises(ClientError):
+        sqs.send_message(QueueUrl=content, MessageBody="x", MessageGroupId="g", DelaySeconds=5)
+
+
+def test_redrive_to_dead_letter_queue_and_move_back(sqs: Any) -> None:
+    dlq = sqs.create_queue(QueueName="dead")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = f'{{"deadLetterTargetArn": "{dlq_arn}", "maxReceiveCount": 2}}'
+    src = sqs.create_queue(QueueName="work", Attributes={"RedrivePolicy": policy, "VisibilityTimeout": "1"})[
+        "QueueUrl"]
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [src]
+    sqs.send_message(QueueUrl=src, MessageBody="poison")
+    for _ in range(2):
+        assert sqs.receive_message(QueueUrl=src)["Messages"]
+        time.sleep(1.2)
+    assert "Messages" not in sqs.receive_message(QueueUrl=src)
+    [dead] = sqs.receive_message(QueueUrl=dlq, VisibilityTimeout=0)["Messages"]
+    assert dead["Body"] == "poison"
+    task = sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=10)["TaskHandle"]
+    wait_for(lambda: sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]["Status"] == "COMPLETED", 10,
+             "the move task")
+    entry = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]
+    assert entry["TaskHandle"] == task and entry["ApproximateNumberOfMessagesMoved"] == 1
+    [back] = sqs.receive_message(QueueUrl=src)["Messages"]
+    assert back["Body"] == "poison"
+    with pytest.raises(ClientError) as exc:
+        sqs.cancel_message_move_task(TaskHandle=task)
+    assert code(exc) == "AWS.SimpleQueueService.UnsupportedOperation"
+
+
+def test_both_sides_share_the_queues(sqs: Any, cli_env: dict[str, str]) -> None:
+    url = sqs.create_queue(QueueName="shared")["QueueUrl"]
+    out = run_cli(cli_env, "enqueue", "report.build", "--queue", "shared", "--payload", '{"day": "2026-12-03"}')
+    assert out.returncode == 0, out.stderr
+    [m] = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert m["Body"] == '{"day":"2026-12-03"}'
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    job_id = out.stdout.strip()
+    shown = run_cli(cli_env, "jobs", "show", job_id)
+    assert shown.returncode == 0 and "completed" in shown.stdout
+    sent = sqs.send_message(QueueUrl=url, MessageBody="from boto3")
+    listed = run_cli(cli_env, "jobs", "list", "--queue", "shared", "--status", "pending")
+    assert listed.returncode == 0 and "sqs.message" in listed.stdout
+    assert str(int(sent["MessageId"].replace("-", ""), 16)) in listed.stdout
+
+
+def test_query_protocol_form_in_xml_out(sqs: Any) -> None:
+    import urllib.parse
+    import urllib.request
+    import xml.etree.ElementTree as ET
+
+    base = sqs.meta.endpoint_url
+    ns = {"s": "http://queue.amazonaws.com/doc/2012-11-05/"}
+
+    def call(path: str, **form: str) -> tuple[int, ET.Element]:
+        data = urllib.parse.urlencode(form).encode()
+        req = urllib.request.Request(base + path, data=data,
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, ET.fromstring(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, ET.fromstring(err.read())
+
+    status, root = call("/", Action="CreateQueue", QueueName="legacy", **{"Attribute.1.Name": "DelaySeconds",
+                                                                         "Attribute.1.Value": "0"})
+    assert status == 200
+    url = root.find("s:CreateQueueResult/s:QueueUrl", ns).text  # type: ignore[union-attr]
+    assert url and url.endswith("/123456789012/legacy")
+    path = urllib.parse.urlparse(url).path
+    status, root = call(path, Action="SendMessage", MessageBody="xml body",
+                        **{"MessageAttribute.1.Name": "k", "MessageAttribute.1.Value.DataType": "String",
+                           "MessageAttribute.1.Value.StringValue": "v"})
+    assert status == 200
+    assert root.find("s:SendMessageResult/s:MD5OfMessageBody", ns).text == hashlib.md5(b"xml body").hexdigest()  # type: ignore[union-attr]
+    status, root = call(path, Action="ReceiveMessage", **{"AttributeName.1": "All", "MessageAttributeName.1": "All"})
+    message = root.find("s:ReceiveMessageResult/s:Message", ns)
+    assert status == 200 and message is not None
+    assert message.find("s:Body", ns).text == "xml body"  # type: ignore[union-attr]
+    assert message.find("s:MessageAttribute/s:Value/s:StringValue", ns).text == "v"  # type: ignore[union-attr]
+    handle = message.find("s:ReceiptHandle", ns).text  # type: ignore[union-attr]
+    status, _ = call(path, Action="DeleteMessage", ReceiptHandle=handle or "")
+    assert status == 200
+    status, root = call("/", Action="GetQueueUrl", QueueName="missing")
+    assert status == 400 and root.find("s:Error/s:Code", ns).text == "AWS.SimpleQueueService.NonExistentQueue"  # type: ignore[union-attr]
+    status, root = call("/", Action="NoSuchAction")
+    assert status == 400 and root.find("s:Error/s:Code", ns).text == "InvalidAction"  # type: ignore[union-attr]
+
+
+def test_binary_md5_helper_matches_base64_storage() -> None:
+    from tenure.sqs.wire import md5_of_attributes
+    attrs = {"b": {"DataType": "Binary", "BinaryValue": b"\x01\x02"}, "a": {"DataType": "String", "StringValue": "x"}}
+    stored = {"b": {"DataType": "Binary", "BinaryValue": base64.b64encode(b"\x01\x02").decode()},
+              "a": attrs["a"]}
+    assert md5_of_attributes(stored) == md5_attributes(attrs)
