@@ -29,7 +29,7 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-from tenure.observability.alerts import AlertThresholds
+from tenure.observability.thresholds import AlertThresholds
 
 QUEUE_FILTER = 'queue=~"$queue"'
 """Label matcher every panel query carries."""
