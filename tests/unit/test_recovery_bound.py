@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tenure.core.repository import ReapCandidate
-from tenure.observability import alerts
+from tenure.observability.thresholds import AlertThresholds
 from tenure.reaper import reaper
 from tenure.reaper.reaper import Reaper, ReaperConfig, recovery_bound
 from tenure.worker.heartbeat import HEARTBEAT_DEFAULT
@@ -38,4 +38,4 @@ def test_readme_bound_with_the_defaults() -> None:
 
 def test_expired_leases_alert_waits_longer_than_a_healthy_reaper() -> None:
     healthy = HEARTBEAT_DEFAULT + reaper.GRACE_DEFAULT + reaper.ALIVE_OWNER_GRACE_DEFAULT + reaper.INTERVAL_DEFAULT
-    assert alerts.EXPIRED_LEASES_FOR_SECONDS_DEFAULT >= 4 * healthy
+    assert AlertThresholds().expired_leases_for_seconds >= 4 * healthy

@@ -3,8 +3,10 @@
 Three dashboards (overview, lease health, retries/dedup) are rendered into
 ``dashboards/*.json`` by ``python -m tenure.observability.generate``. Each has a
 ``datasource`` variable (any Prometheus) and a multi-value ``queue`` variable; every panel
-query filters ``queue=~"$queue"`` through :func:`sel`, and panels that mirror an alert draw
-its threshold from :class:`~tenure.observability.alerts.AlertThresholds`.
+query filters ``queue=~"$queue"`` through :func:`~tenure.observability.panels.sel`, and panels
+that mirror an alert draw its threshold from
+:class:`~tenure.observability.thresholds.AlertThresholds`. This module holds what each
+dashboard shows; :mod:`.panels` how a panel is built and laid out.
 
 Limits: panels use only metrics that carry a ``queue`` label (see docs/metrics.md), so
 unlabelled process metrics (heartbeat round-trip, reaper cycle time, exporter freshness) are
@@ -14,34 +16,24 @@ not charted here. Output is deterministic: fixed uids and panel ids, keys sorted
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from grafanalib._gen import DashboardEncoder
-from grafanalib.core import (
-    Dashboard,
-    GridPos,
-    Heatmap,
-    Target,
-    Template,
-    Templating,
-    Time,
-    TimeSeries,
+
+from tenure.observability.panels import (
+    CANCELLED,
+    DEAD_LETTERED,
+    RATE,
+    READY,
+    RUNNING,
+    PanelSpec,
+    Query,
+    layout_dashboard,
+    quantile,
+    rate,
+    sel,
 )
-
-from tenure.observability.alerts import AlertThresholds
-
-QUEUE_FILTER = 'queue=~"$queue"'
-"""Label matcher every panel query carries."""
-
-RATE = "$__rate_interval"
-READY = 'state="ready"'
-RUNNING = 'state="running"'
-CANCELLED = 'state="cancelled"'
-DEAD_LETTERED = 'outcome="dead_lettered"'
-DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
-SCHEMA_VERSION = 39
-DASHBOARD_TAGS = ["tenure"]
+from tenure.observability.thresholds import AlertThresholds
 
 DASHBOARD_UIDS: dict[str, str] = {
     "overview": "tenure-overview",
@@ -50,175 +42,9 @@ DASHBOARD_UIDS: dict[str, str] = {
 }
 """File stem -> Grafana uid; the uids are stable so links and provisioning survive regeneration."""
 
-
-def sel(metric: str, *matchers: str) -> str:
-    """A series selector for ``metric`` filtered by the queue variable plus ``matchers``."""
-    return f"{metric}{{{','.join((QUEUE_FILTER, *matchers))}}}"
-
-
-def rate(metric: str, *matchers: str) -> str:
-    return f"rate({sel(metric, *matchers)}[{RATE}])"
-
-
-def quantile(q: float, histogram: str, by: str = "queue") -> str:
-    return (
-        f"histogram_quantile({q}, sum by ({by}, le) "
-        f"(rate({sel(histogram + '_bucket')}[{RATE}])))"
-    )
-
-
-@dataclass(frozen=True)
-class Query:
-    expr: str
-    legend: str
-
-
-@dataclass(frozen=True)
-class PanelSpec:
-    """Declarative panel description turned into a grafanalib panel by :func:`_panel`."""
-
-    title: str
-    description: str
-    queries: list[Query]
-    unit: str = "short"
-    width: int = 12
-    height: int = 8
-    kind: str = "timeseries"  # or "heatmap"
-    thresholds: list[float] = field(default_factory=list)
-    bars: bool = False
-    right_axis_regex: str | None = None
-    stacked: bool = False
-
-
-def _threshold_steps(values: list[float]) -> list[dict[str, Any]]:
-    colors = ["orange", "red"]
-    steps: list[dict[str, Any]] = [{"color": "green", "value": None}]
-    for i, value in enumerate(values):
-        steps.append({"color": colors[min(i, len(colors) - 1)], "value": value})
-    return steps
-
-
-def _targets(spec: PanelSpec) -> list[Any]:
-    targets: list[Any] = []
-    for i, q in enumerate(spec.queries):
-        targets.append(Target(
-            expr=q.expr,
-            legendFormat=q.legend,
-            refId=chr(ord("A") + i),
-            datasource=DATASOURCE,
-            format="heatmap" if spec.kind == "heatmap" else "time_series",
-            intervalFactor=1,
-        ))
-    return targets
-
-
-def _panel(spec: PanelSpec, panel_id: int, x: int, y: int) -> Any:
-    grid = GridPos(h=spec.height, w=spec.width, x=x, y=y)
-    if spec.kind == "heatmap":
-        return Heatmap(
-            title=spec.title,
-            description=spec.description,
-            dataSource=DATASOURCE,
-            targets=_targets(spec),
-            gridPos=grid,
-            id=panel_id,
-            dataFormat="tsbuckets",
-            hideZeroBuckets=True,
-            yBucketBound="upper",
-            maxDataPoints=50,
-        )
-    overrides: list[dict[str, Any]] = []
-    if spec.right_axis_regex:
-        overrides.append({
-            "matcher": {"id": "byRegexp", "options": spec.right_axis_regex},
-            "properties": [{"id": "custom.axisPlacement", "value": "right"}],
-        })
-    return TimeSeries(
-        title=spec.title,
-        description=spec.description,
-        dataSource=DATASOURCE,
-        targets=_targets(spec),
-        gridPos=grid,
-        id=panel_id,
-        unit=spec.unit,
-        drawStyle="bars" if spec.bars else "line",
-        fillOpacity=30 if (spec.bars or spec.stacked) else 10,
-        stacking={"mode": "normal", "group": "A"} if spec.stacked else {},
-        legendDisplayMode="table",
-        legendCalcs=["lastNotNull", "max"],
-        tooltipMode="multi",
-        tooltipSort="desc",
-        thresholds=_threshold_steps(spec.thresholds),
-        thresholdsStyleMode="line" if spec.thresholds else "off",
-        overrides=overrides,
-        valueMin=0,
-    )
-
-
-def _templating() -> Any:
-    datasource = Template(
-        name="datasource",
-        label="Data source",
-        query="prometheus",
-        type="datasource",
-        hide=0,
-        refresh=1,
-        sort=0,
-    )
-    queue = Template(
-        name="queue",
-        label="Queue",
-        query="label_values(tenure_queue_jobs, queue)",
-        dataSource=DATASOURCE,
-        multi=True,
-        includeAll=True,
-        allValue=".*",
-        default="$__all",
-        refresh=2,  # on time range change: new queues appear without a reload
-        sort=1,
-    )
-    return Templating(list=[datasource, queue])
-
-
-def _dashboard(key: str, title: str, description: str, specs: list[PanelSpec]) -> Any:
-    panels: list[Any] = []
-    x = y = 0
-    row_height = 0
-    for panel_id, spec in enumerate(specs, start=1):
-        if x + spec.width > 24:
-            x, y = 0, y + row_height
-            row_height = 0
-        panels.append(_panel(spec, panel_id, x, y))
-        x += spec.width
-        row_height = max(row_height, spec.height)
-    return Dashboard(
-        title=title,
-        description=description,
-        uid=DASHBOARD_UIDS[key],
-        tags=DASHBOARD_TAGS,
-        panels=panels,
-        templating=_templating(),
-        time=Time("now-3h", "now"),
-        refresh="30s",
-        timezone="browser",
-        schemaVersion=SCHEMA_VERSION,
-        graphTooltip=1,
-        editable=True,
-        links=[{
-            "asDropdown": False,
-            "icon": "external link",
-            "includeVars": True,
-            "keepTime": True,
-            "tags": DASHBOARD_TAGS,
-            "targetBlank": False,
-            "title": "tenure dashboards",
-            "type": "dashboards",
-        }],
-    )
-
-
-def overview(t: AlertThresholds) -> Any:
-    specs = [
+def _overview_queue_panels(t: AlertThresholds) -> list[PanelSpec]:
+    """Throughput, backlog against live workers, jobs by state, queueing age and the DLQ."""
+    return [
         PanelSpec(
             "Throughput (jobs/s)",
             "Claims, completions accepted by the token CAS, and handler failures, summed over"
@@ -267,6 +93,12 @@ def overview(t: AlertThresholds) -> Any:
             [Query(f"max by (queue) ({sel('tenure_queue_dead_letter_jobs')})", "{{queue}}")],
             thresholds=[float(t.dead_letter_max_jobs) + 1] if t.dead_letter_max_jobs else [],
         ),
+    ]
+
+
+def _overview_running_panels() -> list[PanelSpec]:
+    """Running rows against handlers in flight, pauses and limits, cancels and periodic slots, latency."""
+    return [
         PanelSpec(
             "Running (DB) vs in flight (workers)",
             "Running rows in the database against handlers the workers report running. A gap"
@@ -321,19 +153,24 @@ def overview(t: AlertThresholds) -> Any:
             unit="s",
         ),
     ]
-    return _dashboard(
-        "overview", "tenure / Overview",
+
+
+def overview(t: AlertThresholds) -> Any:
+    """The overview dashboard: is the queue keeping up?"""
+    return layout_dashboard(
+        DASHBOARD_UIDS["overview"], "tenure / Overview",
         "Throughput, backlog against live workers, queueing age and the dead-letter queue.",
-        specs,
+        [*_overview_queue_panels(t), *_overview_running_panels()],
     )
 
 
-def lease_health(t: AlertThresholds) -> Any:
+def _lease_expiry_panels(t: AlertThresholds) -> list[PanelSpec]:
+    """Expired leases, heartbeat lag, the oldest running job and the reapers."""
     p99_limit = (
         f"clamp_min({quantile(0.99, 'tenure_job_runtime_seconds')}"
         f" * {t.oldest_running_runtime_p99_multiple:g}, {t.oldest_running_min_seconds:g})"
     )
-    specs = [
+    return [
         PanelSpec(
             "Running jobs with an expired lease",
             "Zombie candidates: running rows whose lease expired by the DB clock. Lines are"
@@ -401,6 +238,12 @@ def lease_health(t: AlertThresholds) -> Any:
             unit="s",
             thresholds=[float(t.reaper_stalled_seconds)],
         ),
+    ]
+
+
+def _lease_write_panels() -> list[PanelSpec]:
+    """What happens to leases: lost, stale writes rejected by the token CAS, extended, released."""
+    return [
         PanelSpec(
             "Leases lost (/s)",
             "Heartbeats rejected because the token moved, the row is gone or the maximum total"
@@ -435,16 +278,21 @@ def lease_health(t: AlertThresholds) -> Any:
             unit="ops",
         ),
     ]
-    return _dashboard(
-        "lease-health", "tenure / Lease health",
+
+
+def lease_health(t: AlertThresholds) -> Any:
+    """The lease-health dashboard: zombie jobs and their recovery."""
+    return layout_dashboard(
+        DASHBOARD_UIDS["lease-health"], "tenure / Lease health",
         "Zombie detection: expired leases, heartbeat lag, oldest running job, reaper activity"
         " and token-CAS rejections.",
-        specs,
+        [*_lease_expiry_panels(t), *_lease_write_panels()],
     )
 
 
-def retries_dedup(t: AlertThresholds) -> Any:
-    specs = [
+def _retry_panels(t: AlertThresholds) -> list[PanelSpec]:
+    """Attempts, redeliveries, retries and failures by error code."""
+    return [
         PanelSpec(
             "Attempt distribution at claim",
             "Claims per interval by attempt number (histogram buckets). Mass at attempt > 1"
@@ -489,6 +337,12 @@ def retries_dedup(t: AlertThresholds) -> Any:
                    "{{queue}} {{error_code}}")],
             unit="ops",
         ),
+    ]
+
+
+def _dedup_panels() -> list[PanelSpec]:
+    """Dedup hit rate and hits, dead-lettering and effect deferrals."""
+    return [
         PanelSpec(
             "Dedup hit rate by source",
             "Share of idempotency checks that found an existing job (source=enqueue) or an"
@@ -534,11 +388,15 @@ def retries_dedup(t: AlertThresholds) -> Any:
             unit="ops",
         ),
     ]
-    return _dashboard(
-        "retries-dedup", "tenure / Retries and dedup",
+
+
+def retries_dedup(t: AlertThresholds) -> Any:
+    """The retries-and-dedup dashboard: redelivery, failures and duplicate execution."""
+    return layout_dashboard(
+        DASHBOARD_UIDS["retries-dedup"], "tenure / Retries and dedup",
         "Attempt distribution, retries and failures by error code, dedup hit rate and"
         " dead-lettering.",
-        specs,
+        [*_retry_panels(t), *_dedup_panels()],
     )
 
 
