@@ -165,7 +165,7 @@ def overview(t: AlertThresholds) -> Any:
 
 
 def _lease_expiry_panels(t: AlertThresholds) -> list[PanelSpec]:
-    """Expired leases, heartbeat lag, the oldest running job and the reapers."""
+    """Expired leases, heartbeat lag and the oldest running job."""
     p99_limit = (
         f"clamp_min({quantile(0.99, 'tenure_job_runtime_seconds')}"
         f" * {t.oldest_running_runtime_p99_multiple:g}, {t.oldest_running_min_seconds:g})"
@@ -208,6 +208,12 @@ def _lease_expiry_panels(t: AlertThresholds) -> list[PanelSpec]:
             ],
             unit="s",
         ),
+    ]
+
+
+def _reaper_panels(t: AlertThresholds) -> list[PanelSpec]:
+    """What the reapers recovered, and whether any reaper runs at all."""
+    return [
         PanelSpec(
             "Reaped jobs per interval",
             "Jobs the reapers recovered per interval, from the audited reap events (every"
@@ -286,7 +292,7 @@ def lease_health(t: AlertThresholds) -> Any:
         DASHBOARD_UIDS["lease-health"], "tenure / Lease health",
         "Zombie detection: expired leases, heartbeat lag, oldest running job, reaper activity"
         " and token-CAS rejections.",
-        [*_lease_expiry_panels(t), *_lease_write_panels()],
+        [*_lease_expiry_panels(t), *_reaper_panels(t), *_lease_write_panels()],
     )
 
 
