@@ -43,12 +43,15 @@ _state: dict[str, Any] = {}
 def available() -> bool:
     """True when ``opentelemetry-api`` is installed (imported on the first call, once)."""
     if not _state:
-        if importlib.util.find_spec("opentelemetry") is None or importlib.util.find_spec("opentelemetry.trace") is None:
-            _state["none"] = True
-        else:
+        try:
+            if importlib.util.find_spec("opentelemetry") is None or \
+                    importlib.util.find_spec("opentelemetry.trace") is None:
+                raise ModuleNotFoundError("opentelemetry")
             from opentelemetry import context, propagate, trace
             from opentelemetry.trace import status
-
+        except ImportError:
+            _state["none"] = True
+        else:
             _state.update(trace=trace, propagate=propagate, context=context, status=status)
     return "none" not in _state
 

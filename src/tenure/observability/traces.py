@@ -86,8 +86,11 @@ NOT_SET_UP = TracingSetup(None)
 
 def sdk_installed() -> bool:
     """True when the ``otel`` extra's SDK is importable (nothing is imported to find out)."""
-    return importlib.util.find_spec("opentelemetry") is not None and \
-        importlib.util.find_spec("opentelemetry.sdk") is not None
+    try:
+        return importlib.util.find_spec("opentelemetry") is not None and \
+            importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ImportError:
+        return False
 
 
 def setup_tracing_from_env(command: str, env: Mapping[str, str] | None = None) -> TracingSetup:
@@ -112,7 +115,19 @@ def setup_tracing_from_env(command: str, env: Mapping[str, str] | None = None) -
     trace.set_tracer_provider(provider)
     setup = TracingSetup(provider)
     atexit.register(setup.shutdown)
+    _installed.append(setup)
     return setup
+
+
+_installed: list[TracingSetup] = []
+"""The providers this process installed (at most one; written only at start-up, by the main thread)."""
+
+
+def shutdown_installed() -> None:
+    """Flush and end what :func:`setup_tracing_from_env` installed: for a command that leaves with
+    ``os._exit`` (the worker: handler threads must not keep it alive), where ``atexit`` never runs."""
+    for setup in _installed:
+        setup.shutdown()
 
 
 def _exporter(name: str, protocol: str) -> Any:
