@@ -93,3 +93,13 @@ def checkpointed(ctx: JobContext) -> None:
         ctx.checkpoint(step, {"done": step})
         if step == "charge" and ctx.attempt == 1:
             os._exit(137)
+
+
+@app.task("traced_flaky")
+def traced_flaky(ctx: JobContext) -> None:
+    """Fails its first attempt, then performs one guarded effect (the traces' end-to-end test)."""
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails on purpose")
+    with ctx.effect(f"traced:{ctx.job_id}:effect") as eff:
+        if not eff.already_succeeded:
+            eff.succeeded("ref-1")

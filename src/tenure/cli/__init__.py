@@ -26,7 +26,7 @@ import psycopg
 from tenure.cli.common import EXIT_CONFIG, Parser, add_global_options, duration, positive_int
 from tenure.core.db import resolve_dsn, resolve_schema
 from tenure.core.errors import ConfigError, JobSpecError, SchemaTooNewError, first_line
-from tenure.observability import logs
+from tenure.observability import logs, traces
 
 __all__ = ["build_parser", "command_modules", "command_names", "duration", "invoked_command", "main", "positive_int"]
 
@@ -86,10 +86,17 @@ def invoked_command(argv: Sequence[str]) -> str | None:
     return None
 
 
+TRACED_COMMANDS = frozenset({"worker", "reaper", "enqueue", "sqs", "ui"})
+"""Commands that set up OpenTelemetry from the OTEL_* environment (docs/observability.md, Traces)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(invoked_command(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     logs.configure(args.log_json, args.log_level)
+    tracing = traces.NOT_SET_UP
     try:
+        if args.command in TRACED_COMMANDS:
+            tracing = traces.setup_tracing_from_env(args.command)
         args.schema = resolve_schema(args.schema)
         args.dsn = args.database_url if getattr(args, "no_db", False) else resolve_dsn(args.database_url)
         return int(args.func(args) or 0)
@@ -101,3 +108,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
+    finally:
+        tracing.shutdown()  # the last spans are exported before the process ends (--burst too)

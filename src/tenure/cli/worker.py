@@ -17,6 +17,7 @@ from tenure.cli.reaper import add_reaper_options, reaper_config
 from tenure.core.backoff import RetryPolicy
 from tenure.core.errors import ConfigError
 from tenure.core.redaction import MASK_KEYS_DEFAULT, MAX_ERROR_CHARS_DEFAULT, Redaction
+from tenure.observability import traces
 from tenure.observability.http import serve
 from tenure.reaper.reaper import INTERVAL_DEFAULT as REAPER_CYCLE_DEFAULT
 from tenure.worker import heartbeat as hb_mod
@@ -103,6 +104,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` dumps every thread's stack
     processed = worker.run()
     logging.getLogger("tenure.worker").info("worker %s stopped after %d job outcome(s)", worker.worker_id, processed)
+    traces.shutdown_installed()  # os._exit skips atexit: export the last spans first (--burst too)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # handler threads that ignored lease loss must not keep the process alive

@@ -1,4 +1,5 @@
-"""Opt-in structured JSON logs: one object per line with job id, attempt, lock token and worker id."""
+"""Opt-in structured JSON logs: one object per line with job id, attempt, lock token and worker id,
+and ``trace_id``/``span_id`` of the current span when traces are on (inside an attempt: its span)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import logging
 import sys
 from datetime import datetime, timezone
+
+from tenure.core import tracing
 
 TRACE_FIELDS = ("job_id", "attempt", "lock_token", "fence", "worker_id", "queue", "task",
                 "error_code", "event", "correlation_id")
@@ -25,6 +28,9 @@ class JsonFormatter(logging.Formatter):
             value = record.__dict__.get(key)
             if value is not None:
                 out[key] = str(value) if key == "lock_token" else value
+        ids = tracing.current_ids()
+        if ids is not None:
+            out["trace_id"], out["span_id"] = ids
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tenure.core import tracing
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import connect
 from tenure.core.errors import ConfigError
@@ -153,6 +154,13 @@ class Reaper:
                            decide=self.decide, floor=self.config.heartbeat or 0.0)
         repo.record_reaper_cycle(self.reaper_id, seconds=time.monotonic() - started,
                                  reaped=len(reaped))
+        for job in reaped:  # a short span in each traced job's trace (a no-op without traces)
+            if job.trace_context:
+                tracing.record_outside(
+                    "tenure.reap", queue=job.queue, job_id=job.id, trace_context=job.trace_context,
+                    attempt_trace=None, attributes={"tenure.attempt": job.attempt, "tenure.fencing_token": job.fence,
+                                                    "tenure.reap.dead_lettered": job.dead,
+                                                    "tenure.reap.owner_status": job.owner_status})
         return reaped
 
     def run_forever(self, stop: threading.Event,

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 
+from tenure.core import tracing
 from tenure.core.errors import (
     AmbiguousError,
     EffectInDoubt,
@@ -214,6 +215,8 @@ class JobContext:
     used_effect: bool = False
     claimed_at: float = field(default_factory=time.monotonic)
     _on_lost: list[Callable[[], object]] = field(default_factory=list)
+    trace: tracing.AttemptSpan = tracing.NO_ATTEMPT
+    """This attempt's span (set by the executor when traces are on; the shared no-op otherwise)."""
 
     def __post_init__(self) -> None:
         self.lease_deadline = self.claimed_at + self.lease_seconds
@@ -301,6 +304,7 @@ class JobContext:
         if counted and self._on_lease_lost is not None:
             self._on_lease_lost(self)
         self.lease_lost.set()
+        self.trace.event(_loss_event(reason), {"tenure.reason": reason})
         log.warning("lease lost (%s)", reason, extra=self.log_extra)
         for callback in list(self._on_lost):
             callback()
@@ -327,7 +331,7 @@ class JobContext:
         with self._repo() as repo:
             ok = repo.checkpoint(self.worker_id, self.job.id, self.job.lock_token, step, data)
         if not ok:
-            self._on_stale(self, "checkpoint")
+            self._count_stale("checkpoint")
             self.signal_lease_lost("checkpoint rejected: token no longer current")
             raise LeaseLost(f"checkpoint of job {self.job.id} rejected: token no longer current")
         self.job = replace(self.job, checkpoint_step=step, checkpoint_data=data)
@@ -348,7 +352,17 @@ class JobContext:
         asks the provider (a reference: recorded as succeeded, body skipped; None: run the body,
         with ``eff.in_doubt`` True). Without ``reconcile`` the attempt raises
         :class:`EffectInDoubt` and the job is dead-lettered as ambiguous.
+
+        Traced as a child span ``tenure.effect`` of the attempt, with ``tenure.effect.key`` and
+        ``tenure.effect.outcome`` (``ran``, ``already_succeeded``, ``reconciled``, ``in_doubt``
+        or ``deferred``).
         """
+        with self.trace.effect(key) as span, self._effect(key, span, defer_seconds, reconcile) as eff:
+            yield eff
+
+    @contextmanager
+    def _effect(self, key: str, span: tracing.EffectSpan, defer_seconds: float,
+                reconcile: Reconcile | None) -> Iterator[Effect]:
         self.check_lease()
         self.used_effect = True
         sent = time.monotonic()
@@ -358,10 +372,15 @@ class JobContext:
         outcome, in_doubt = row["outcome"], row["outcome"] == "in_doubt"
         if outcome == "leased_by_other_worker":
             self._dedup(False)
+            span.outcome("deferred")
             raise EffectDeferred(key, defer_seconds)
         ref = row["result_ref"]
         if in_doubt:
+            span.outcome("in_doubt")
             outcome, ref = self._settle_doubt(key, reconcile)
+            span.outcome("reconciled" if outcome == "already_succeeded" else "in_doubt")
+        else:
+            span.outcome("already_succeeded" if outcome == "already_succeeded" else "ran")
         self._dedup(outcome == "already_succeeded")
         eff = Effect(key, outcome, ref, self, in_doubt=in_doubt)
         if self._effect_hook is not None and eff.outcome == "claimed":
@@ -435,3 +454,19 @@ class JobContext:
 
     def _count_stale(self, operation: str) -> None:
         self._on_stale(self, operation)
+        self.stale_traced(operation)
+
+    def stale_traced(self, operation: str) -> None:
+        """Put a refused write of this attempt into its trace (:meth:`tracing.AttemptSpan.stale_write`)."""
+        job = self.job
+        self.trace.stale_write(operation, queue=job.queue, job_id=job.id, trace_context=job.trace_context,
+                               fence=job.fence)
+
+
+def _loss_event(reason: str) -> str:
+    """The span event of a lost lease: ``tenure.cancel``, ``tenure.timeout`` or ``tenure.lease_lost``."""
+    if reason.startswith("job cancelled"):
+        return "tenure.cancel"
+    if reason.startswith("task timeout"):
+        return "tenure.timeout"
+    return "tenure.lease_lost"

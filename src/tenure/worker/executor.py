@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from tenure.core import tracing
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import Connection, connect
 from tenure.core.errors import TaskTimeout
@@ -183,6 +184,8 @@ class Executor:
     # -- running handlers ---------------------------------------------------------------------
     def _run_sync(self, task: Task | None, ctx: JobContext) -> None:
         started = time.monotonic()
+        self._trace(ctx)
+        failure: BaseException | None = None
         outcome = outcomes.preflight(task, ctx)
         if outcome is None:
             assert task is not None
@@ -191,11 +194,13 @@ class Executor:
                 task.fn(ctx)
                 outcome = Outcome(ctx, "complete")
             except BaseException as exc:  # noqa: BLE001 - the worker must survive any handler
-                outcome = self._on_error(task, ctx, exc)
-        self._finish(ctx, outcome, started)
+                outcome, failure = self._on_error(task, ctx, exc), exc
+        self._finish(ctx, outcome, started, failure)
 
     async def _run_async(self, task: Task, ctx: JobContext) -> None:
         started = time.monotonic()
+        self._trace(ctx)
+        failure: BaseException | None = None
         outcome = outcomes.preflight(task, ctx)
         if outcome is None:
             self._tm((ctx.job.queue, ctx.job.task)).claim_to_start.observe(started - ctx.claimed_at)
@@ -205,8 +210,18 @@ class Executor:
             except asyncio.CancelledError:
                 outcome = outcomes.lost(task, ctx, "cancelled: lease lost", queue_policy=self.retry)
             except BaseException as exc:  # noqa: BLE001
-                outcome = self._on_error(task, ctx, exc)
-        self._finish(ctx, outcome, started)
+                outcome, failure = self._on_error(task, ctx, exc), exc
+        self._finish(ctx, outcome, started, failure)
+
+    def _trace(self, ctx: JobContext) -> None:
+        """Start the attempt's CONSUMER span and make it current for the handler (a no-op
+        without opentelemetry-api); :meth:`_finish` ends it in the same thread or task."""
+        if tracing.enabled():
+            job = ctx.job
+            ctx.trace = tracing.start_attempt(queue=job.queue, task=job.task, job_id=job.id, attempt=job.attempt,
+                                              fence=job.fence, trace_context=job.trace_context,
+                                              worker_id=self.worker_id)
+            ctx.trace.activate()
 
     def _on_error(self, task: Task, ctx: JobContext, exc: BaseException) -> Outcome:
         outcome = outcomes.on_error(task, ctx, exc, queue_policy=self.retry, redaction=self.redaction,
@@ -215,8 +230,9 @@ class Executor:
             self.metrics.failed.labels(ctx.job.queue, ctx.job.task, outcome.failure_code).inc()
         return outcome
 
-    def _finish(self, ctx: JobContext, outcome: Outcome, started: float) -> None:
+    def _finish(self, ctx: JobContext, outcome: Outcome, started: float, failure: BaseException | None = None) -> None:
         outcome.runtime = time.monotonic() - started  # observed by the acker, a batch at a time
+        ctx.trace.finish(outcome.kind, failure)
         self.slots.finish(ctx)
         self.acker.put(outcome)
         self._on_done()

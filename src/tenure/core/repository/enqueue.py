@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tenure.core import tracing
 from tenure.core.errors import JobSpecError
 from tenure.core.repository.base import RepositoryBase
 from tenure.core.repository.specs import PRIORITY_DEFAULT, EnqueueResult, JobSpec, check_text
@@ -18,33 +19,60 @@ class EnqueueQueries(RepositoryBase):
                 payload_version: int = 1, correlation_id: str | None = None,
                 priority: int = PRIORITY_DEFAULT) -> EnqueueResult:
         """Insert a job (or return the existing one with the same idempotency key).
-        Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything."""
+        Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything.
+        Traced (:mod:`tenure.core.tracing`): a PRODUCER span, whose context is stored with the job."""
         text = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority).validate()
         if isinstance(payload_version, bool) or not isinstance(payload_version, int) or payload_version < 1:
             raise JobSpecError(f"payload_version must be a whole number >= 1, got {payload_version!r}")
         if correlation_id is not None:
             check_text("correlation id", correlation_id, name=False)
-        params = {"queue": queue, "task": task, "payload": text, "priority": priority,
-                  "payload_version": payload_version, "max_attempts": max_attempts,
-                  "delay": float(delay), "idempotency_key": idempotency_key,
-                  "correlation_id": correlation_id, "channel": self.channel}
-        for _ in range(5):
-            row = self._one("job_enqueue", params)
-            if row is not None:
-                return EnqueueResult(int(row["id"]), bool(row["created"]))
-            # A concurrent enqueue with the same key committed after our snapshot: look again.
+        with tracing.producer(queue, task) as span:
+            params = {"queue": queue, "task": task, "payload": text, "priority": priority,
+                      "payload_version": payload_version, "max_attempts": max_attempts,
+                      "delay": float(delay), "idempotency_key": idempotency_key,
+                      "correlation_id": correlation_id, "channel": self.channel,
+                      "trace_context": span.traceparent}
+            for _ in range(5):
+                row = self._one("job_enqueue", params)
+                if row is not None:
+                    span.sent(int(row["id"]), created=bool(row["created"]))
+                    return EnqueueResult(int(row["id"]), bool(row["created"]))
+                # A concurrent enqueue with the same key committed after our snapshot: look again.
         raise RuntimeError(f"enqueue with idempotency key {idempotency_key!r} found neither a new nor an existing job")
 
     def enqueue_many(self, jobs: Sequence[JobSpec]) -> int:
         """Insert a batch in one statement; returns how many were new (key duplicates skipped).
-        Every job is validated (:meth:`JobSpec.validate`) before anything is written."""
+        Every job is validated (:meth:`JobSpec.validate`) before anything is written.
+        Traced: one PRODUCER span per job (a key duplicate's span is marked ``tenure.deduplicated``)."""
         if not jobs:
             return 0
         payloads = [j.validate() for j in jobs]
-        row = self._one("job_enqueue_many", {
-            "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
-            "payloads": payloads,
-            "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
-            "idempotency_keys": [j.idempotency_key for j in jobs],
-            "priorities": [j.priority for j in jobs], "channel": self.channel})
+        spans = [tracing.start_producer(j.queue, j.task) for j in jobs] if tracing.enabled() else []
+        try:
+            row = self._one("job_enqueue_many", {
+                "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
+                "payloads": payloads,
+                "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
+                "idempotency_keys": [j.idempotency_key for j in jobs],
+                "priorities": [j.priority for j in jobs], "channel": self.channel,
+                "trace_contexts": [s.traceparent for s in spans] or [None] * len(jobs)})
+        except BaseException as exc:
+            for span in spans:
+                span.failed(exc)
+            raise
+        finally:
+            if spans:
+                self._name_traced(spans, row if "row" in locals() else None)
         return int(row["inserted"]) if row else 0
+
+    @staticmethod
+    def _name_traced(spans: list[tracing.ProducerSpan], row: dict[str, Any] | None) -> None:
+        """Give each batch span its job id (found by its own trace context), then end them all."""
+        by_context = dict(zip((row or {}).get("traced_contexts") or [], (row or {}).get("traced_ids") or []))
+        for span in spans:
+            job_id = by_context.get(span.traceparent) if span.traceparent else None
+            if job_id is not None:
+                span.sent(int(job_id))
+            elif row is not None and span.traceparent:
+                span.sent(-1, created=False)
+            span.end()

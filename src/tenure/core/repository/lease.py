@@ -47,12 +47,14 @@ class ClaimedJob:
     lease_expires_at: datetime
     wait_seconds: float
     priority: int = PRIORITY_DEFAULT
+    trace_context: str | None = None
+    """The W3C traceparent of the enqueue (None: not traced); each attempt's span is its child."""
 
 
 _CLAIMED_FIELDS = tuple(f.name for f in dataclass_fields(ClaimedJob))
 _CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "attempt_count", "max_attempts",
                   "lock_token", "fence", "idempotency_key", "correlation_id", "checkpoint_step", "checkpoint_data",
-                  "lease_expires_at", "wait_seconds", "priority")
+                  "lease_expires_at", "wait_seconds", "priority", "trace_context")
 """``job_claim``'s columns, position by position the fields of :class:`ClaimedJob`."""
 
 

@@ -40,6 +40,12 @@ class Reaped:
     id: int
     queue: str
     dead: bool
+    attempt: int = 0
+    """The attempt whose lease was recovered, and its fencing token."""
+    fence: int = 0
+    owner_status: str = ""
+    trace_context: str | None = None
+    """The job's enqueue traceparent: the reap is recorded in that trace."""
 
 
 class ReaperQueries(RepositoryBase):
@@ -71,7 +77,8 @@ class ReaperQueries(RepositoryBase):
                 "leases": [c.lease_expires_at for c, _ in chosen],
                 "waits": [c.wait_seconds for c, _ in chosen],
                 "channel": self.channel, "grace": float(grace)})
-            return [Reaped(r["id"], r["queue_name"], r["dead"]) for r in rows]
+            return [Reaped(r["id"], r["queue_name"], r["dead"], r["attempt_count"], r["fence"] or 0,
+                           r["owner_status"], r["trace_context"]) for r in rows]
 
     def record_reaper_cycle(self, reaper_id: str, *, seconds: float, reaped: int) -> None:
         """Count one finished reaper cycle (the exporter serves it as tenure_reaper_* figures)."""

@@ -6,10 +6,10 @@
 -- Insert one job; with an idempotency key, return the existing job instead of a copy (R13).
 WITH ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, payload_version, max_attempts,
-                               available_at, idempotency_key, correlation_id, priority)
+                               available_at, idempotency_key, correlation_id, priority, trace_context)
     VALUES (%(queue)s, %(task)s, %(payload)s::jsonb, %(payload_version)s, %(max_attempts)s,
             now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s,
-            %(priority)s)
+            %(priority)s, %(trace_context)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 ), notified AS (
@@ -21,22 +21,28 @@ SELECT j.id, false AS created FROM {schema}.jobs j
 WHERE j.idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: job_enqueue_many
--- Insert a batch of jobs in one statement (arrays, one element per job); duplicates by key are skipped.
+-- Insert a batch of jobs in one statement (arrays, one element per job); duplicates by key are skipped; the new jobs' trace contexts and ids (traced batches name each job id on its span).
 WITH input AS (
     SELECT * FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
                          %(max_attempts)s::int[], %(delays)s::float8[], %(idempotency_keys)s::text[],
-                         %(priorities)s::smallint[])
-                  WITH ORDINALITY AS t(queue_name, task, payload, max_attempts, delay, idempotency_key, priority, ord)
+                         %(priorities)s::smallint[], %(trace_contexts)s::text[])
+                  WITH ORDINALITY AS t(queue_name, task, payload, max_attempts, delay, idempotency_key, priority,
+                                       trace_context, ord)
 ), ins AS (
-    INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, idempotency_key, priority)
-    SELECT queue_name, task, payload, max_attempts, now() + make_interval(secs => delay), idempotency_key, priority
+    INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, idempotency_key, priority,
+                               trace_context)
+    SELECT queue_name, task, payload, max_attempts, now() + make_interval(secs => delay), idempotency_key, priority,
+           trace_context
     FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, queue_name
+    RETURNING id, queue_name, trace_context
 ), notified AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM ins) d
 )
-SELECT count(*)::int AS inserted FROM ins WHERE (SELECT count(*) FROM notified) >= 0;
+SELECT count(*)::int AS inserted,
+       array_agg(id) FILTER (WHERE trace_context IS NOT NULL) AS traced_ids,
+       array_agg(trace_context) FILTER (WHERE trace_context IS NOT NULL) AS traced_contexts
+FROM ins WHERE (SELECT count(*) FROM notified) >= 0;
 
 -- name: queue_claim_gate
 -- Lock the control rows of the claimed queues that have a global running limit (in name order), so limited claims serialise and the next statement counts every committed claim; returns their names.
@@ -99,15 +105,17 @@ WITH q AS (
               j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
               j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
               greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority,
+              j.trace_context,
               j.available_at <= now() - make_interval(secs => %(aging)s) AS aged, j.available_at
 )
 (SELECT id, queue_name, task, payload, payload_version, attempt_count, max_attempts, lock_token, fence,
-        idempotency_key, correlation_id, checkpoint_step, checkpoint_data, lease_expires_at, wait_seconds, priority
+        idempotency_key, correlation_id, checkpoint_step, checkpoint_data, lease_expires_at, wait_seconds, priority,
+        trace_context
  FROM claimed
  ORDER BY array_position(%(queues)s::text[], queue_name), aged DESC,
           CASE WHEN aged THEN 0 ELSE -priority END, available_at, id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM blocked WHERE blocked;
 
 -- name: job_heartbeat
@@ -321,7 +329,7 @@ WITH input AS (
       -- Re-checked at write time too (a second safeguard besides the row lock): see docs/model.
       AND j.lease_expires_at < now() - make_interval(secs => i.wait_seconds)
     RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay,
-              i.lease_expires_at, j.fence, j.started_at
+              i.lease_expires_at, j.fence, j.started_at, j.trace_context
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT u.id, u.queue_name,
@@ -334,7 +342,8 @@ WITH input AS (
 ), notified AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated WHERE NOT dead) d
 )
-SELECT id, queue_name, dead FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
+SELECT id, queue_name, dead, attempt_count, fence, owner_status, trace_context
+FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
 
 -- name: reaper_cycle_record
 -- Count one finished reaper cycle (any reaper: CronJob, loop or in-worker) with its duration and jobs reaped, by the DB clock.
@@ -1064,7 +1073,7 @@ WITH inflight AS (
     RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count, j.max_attempts,
               j.lock_token, j.fence, j.idempotency_key, j.correlation_id, j.checkpoint_step, j.checkpoint_data,
               j.lease_expires_at, greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds,
-              j.priority
+              j.priority, j.trace_context
 )
 SELECT * FROM claimed ORDER BY id;
 

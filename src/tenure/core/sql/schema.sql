@@ -39,6 +39,7 @@ CREATE TABLE jobs (
     updated_at          timestamptz NOT NULL DEFAULT now(),
     priority            smallint    NOT NULL DEFAULT 0,
     cancelled_at        timestamptz,
+    trace_context       text,
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -100 AND 100),
     CONSTRAINT jobs_running_has_lease CHECK (
         status <> 'running'
