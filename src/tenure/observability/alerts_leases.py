@@ -11,14 +11,17 @@ from __future__ import annotations
 from tenure.observability.alert_rule import AlertRule, number, prom_duration
 from tenure.observability.thresholds import AlertThresholds
 from tenure.reaper import reaper
+from tenure.worker.heartbeat import HEARTBEAT_DEFAULT
 
 GROUP = "tenure-leases"
 
 
 def healthy_reap_seconds() -> float:
     """Seconds from a lease's expiry to its requeue by a healthy reaper with default settings:
-    grace + alive-owner grace + one interval (a first expiry is requeued with no backoff)."""
-    return reaper.GRACE_DEFAULT + reaper.ALIVE_OWNER_GRACE_DEFAULT + reaper.INTERVAL_DEFAULT
+    the owner's heartbeat (issue 22 item 5) + grace + alive-owner grace + one interval (a first
+    expiry is requeued with no backoff)."""
+    return (HEARTBEAT_DEFAULT + reaper.GRACE_DEFAULT + reaper.ALIVE_OWNER_GRACE_DEFAULT
+            + reaper.INTERVAL_DEFAULT)
 
 
 def expired_leases(t: AlertThresholds) -> AlertRule:
