@@ -116,6 +116,11 @@ class ProducerSpan:
             if not created:
                 self._span.set_attribute("tenure.deduplicated", True)
 
+    def deduplicated(self) -> None:
+        """The job was not inserted: its idempotency key names an existing job (batch enqueue)."""
+        if self._span is not None:
+            self._span.set_attribute("tenure.deduplicated", True)
+
     def failed(self, exc: BaseException) -> None:
         if self._span is not None:
             self._span.record_exception(exc)

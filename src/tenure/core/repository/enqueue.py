@@ -48,6 +48,7 @@ class EnqueueQueries(RepositoryBase):
             return 0
         payloads = [j.validate() for j in jobs]
         spans = [tracing.start_producer(j.queue, j.task) for j in jobs] if tracing.enabled() else []
+        row: dict[str, Any] | None = None
         try:
             row = self._one("job_enqueue_many", {
                 "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
@@ -62,7 +63,7 @@ class EnqueueQueries(RepositoryBase):
             raise
         finally:
             if spans:
-                self._name_traced(spans, row if "row" in locals() else None)
+                self._name_traced(spans, row)
         return int(row["inserted"]) if row else 0
 
     @staticmethod
@@ -73,6 +74,6 @@ class EnqueueQueries(RepositoryBase):
             job_id = by_context.get(span.traceparent) if span.traceparent else None
             if job_id is not None:
                 span.sent(int(job_id))
-            elif row is not None and span.traceparent:
-                span.sent(-1, created=False)
+            elif row is not None:
+                span.deduplicated()  # a key duplicate: the existing job's id is not returned
             span.end()
