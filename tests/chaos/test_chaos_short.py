@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,28 +20,41 @@ from tenure.chaos.faults import find_libfaketime
 
 pytestmark = pytest.mark.chaos
 
-SEED = 7
+SEEDS = (7, 8)
+"""Seed 8 runs only when seed 7's run checked no fenced attempt: that check needs a stale attempt's
+process to outlive its reap by 2 heartbeats + 7 s, and on a loaded host a later planned kill
+or recycle can end every such process first (all invariants still held). Every run must hold
+every invariant; at least one must have checked a fenced attempt."""
 COMMAND = ["chaos", "--jobs", "300", "--duration", "40", "--workers", "3", "--reapers", "2", "--lease", "2",
            "--heartbeat", "0.5", "--grace", "1", "--reaper-interval", "0.5", "--max-lease-total", "6",
            "--kills-per-kind", "3", "--hangs", "2", "--sigstops", "2", "--partitions", "2", "--pg-restarts", "1",
-           "--gap-restarts", "2", "--skew", "5m", "--seed", str(SEED), "--quiet"]
+           "--gap-restarts", "2", "--skew", "5m", "--quiet"]
+
+
+def _chaos_run(tmp_path: Path, seed: int) -> dict[str, Any]:
+    """One `tenure chaos` run with ``seed``; its report, after checking every invariant held."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TENURE_DATABASE_URL", "TENURE_LOG_JSON")}
+    env["TENURE_HOME"] = str(tmp_path / f"home-{seed}")
+    report_path = tmp_path / f"report-{seed}.json"
+    result = subprocess.run([sys.executable, "-m", "tenure.cli", *COMMAND, "--seed", str(seed),
+                             "--report", str(report_path), "--log-dir", str(tmp_path / f"logs-{seed}")],
+                            env=env, capture_output=True, text=True, timeout=280)
+    print(result.stdout)
+    print(result.stderr[-3000:])
+    assert report_path.exists(), f"no report (exit {result.returncode})"
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    assert report["violations"] == {name: [] for name in report["violations"]}
+    assert result.returncode == 0 and report["ok"]
+    return report
 
 
 def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
     if find_libfaketime() is None and os.environ.get("CI"):
         pytest.fail("libfaketime missing: run scripts/tools/faketime.sh (the clock-skew fault needs it in CI)")
-    env = {k: v for k, v in os.environ.items() if k not in ("TENURE_DATABASE_URL", "TENURE_LOG_JSON")}
-    env["TENURE_HOME"] = str(tmp_path / "home")
-    report_path = tmp_path / "report.json"
-    result = subprocess.run([sys.executable, "-m", "tenure.cli", *COMMAND, "--report", str(report_path),
-                             "--log-dir", str(tmp_path / "logs")],
-                            env=env, capture_output=True, text=True, timeout=280)
-    print(result.stdout)
-    print(result.stderr[-3000:])
-    assert report_path.exists(), f"no report (exit {result.returncode})"
-    report = json.loads(report_path.read_text())
-    assert report["violations"] == {name: [] for name in report["violations"]}
-    assert result.returncode == 0 and report["ok"]
+    for seed in SEEDS:
+        report = _chaos_run(tmp_path, seed)
+        if report["figures"]["fenced_attempts_checked"] >= 1:
+            break
 
     figures = report["figures"]
     assert figures["jobs_planned"] == figures["jobs_stored"] == 300
