@@ -331,7 +331,7 @@ WITH input AS (
       -- Re-checked at write time too (a second safeguard besides the row lock): see docs/model.
       AND j.lease_expires_at < now() - make_interval(secs => i.wait_seconds)
     RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay,
-              i.lease_expires_at, j.fence, j.started_at, j.trace_context
+              i.lease_expires_at, j.fence, j.started_at, j.trace_context, j.last_heartbeat_at
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT u.id, u.queue_name,
@@ -339,7 +339,8 @@ WITH input AS (
            u.token, %(reaper_id)s, u.attempt_count, 'lease_expired',
            jsonb_build_object('owner_status', u.owner_status, 'delay_seconds', u.delay,
                               'lease_expires_at', u.lease_expires_at, 'grace_seconds', %(grace)s::float8,
-                              'owner', o.locked_by, 'fence', u.fence, 'started_at', u.started_at)
+                              'owner', o.locked_by, 'fence', u.fence, 'started_at', u.started_at,
+                              'last_heartbeat_at', u.last_heartbeat_at)
     FROM updated u LEFT JOIN owners o ON o.id = u.id
 ), notified AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated WHERE NOT dead) d

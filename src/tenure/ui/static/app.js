@@ -24,7 +24,7 @@ function el(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -169,7 +169,7 @@ async function overview() {
     }
     const rows = data.queues.map((q) => {
       const c = q.counts;
-      const controls = CAN_WRITE ? el("td", { class: "controls" },
+      const controls = CAN_WRITE ? el("td", {}, el("div", { class: "controls" },
         q.paused
           ? actionButton("resume", "Resume", () => queueAction(q.name, "resume"), { "data-queue": q.name })
           : actionButton("pause", "Pause", () => queueAction(q.name, "pause"), { "data-queue": q.name }),
@@ -178,14 +178,14 @@ async function overview() {
         actionButton("limit", "Set limit", (e) => {
           const input = e.target.parentElement.querySelector("input");
           queueAction(q.name, "limit", { max_running: Number(input.value) });
-        }, { "data-queue": q.name })) : null;
+        }, { "data-queue": q.name }))) : null;
       return el("tr", { "data-queue": q.name },
         el("td", {}, link(`/jobs?queue=${encodeURIComponent(q.name)}`, q.name)),
         el("td", { "data-paused": q.paused }, q.paused ? "paused" : "running"),
         el("td", {}, q.max_running ?? "–"),
         el("td", {}, c.ready), el("td", {}, c.scheduled), el("td", {}, c.running), el("td", {}, c.completed),
         el("td", {}, link(`/dlq?queue=${encodeURIComponent(q.name)}`, c.failed)), el("td", {}, c.cancelled),
-        el("td", {}, ago(q.oldest_ready_age_seconds)),
+        el("td", {}, c.ready ? ago(q.oldest_ready_age_seconds) : "–"),
         el("td", {}, q.last_hour.completed), el("td", {}, `${(q.last_hour.failure_rate * 100).toFixed(1)} %`),
         controls);
     });
@@ -269,7 +269,7 @@ async function jobs() {
         el("td", {}, `${j.attempt_count}/${j.max_attempts}`), el("td", {}, when(j.created_at)),
         el("td", {}, when(j.finished_at)), el("td", {}, j.last_error_code || ""),
         el("td", {}, el("code", { class: "payload" }, JSON.stringify(j.payload).slice(0, 80))),
-        CAN_WRITE ? el("td", { class: "controls" }, actions) : null);
+        CAN_WRITE ? el("td", {}, el("div", { class: "controls" }, actions)) : null);
     });
     seen = new Set(page.jobs.map((j) => j.id));
     holder.replaceChildren(rows.length
@@ -406,7 +406,7 @@ async function jobDetail() {
     const events = doc.events.map((e) => el("tr", { "data-event": e.event },
       el("td", {}, when(e.created_at)), el("td", {}, e.event), el("td", {}, e.attempt ?? "–"),
       el("td", { title: e.lock_token || "" }, short(e.lock_token)), el("td", {}, e.worker_id || "–"), el("td", {}, e.reason || ""),
-      el("td", {}, e.detail ? el("code", {}, JSON.stringify(e.detail)) : "")));
+      el("td", { class: "wrap" }, e.detail ? el("code", {}, JSON.stringify(e.detail)) : "")));
     holder.replaceChildren(
       el("div", { class: "toolbar" }, actions, link(`/jobs?queue=${encodeURIComponent(j.queue_name)}`, `more in ${j.queue_name}`)),
       el("dl", { class: "facts", "data-job-id": j.id }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
