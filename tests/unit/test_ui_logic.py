@@ -12,7 +12,7 @@ import pytest
 
 from tenure.core.errors import ConfigError
 from tenure.ui import api, openapi
-from tenure.ui.auth import AuthError, Authenticator, Identity, load_users
+from tenure.ui.auth import Authenticator, AuthError, Identity, load_users
 from tenure.ui.config import UiConfig, normalise_prefix
 from tenure.ui.filters import FilterError, filter_to_query, parse_cursor, parse_filter, parse_limit
 

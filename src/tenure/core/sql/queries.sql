@@ -143,7 +143,7 @@ WITH held AS (
     WHERE e.status = 'processing' AND e.lock_token = ANY(%(effect_tokens)s::uuid[])
       AND e.claimed_at + make_interval(secs => %(max_effect_hold)s) > now()
 ), seen AS (
-    UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(worker_id)s
+    UPDATE {schema}.workers SET last_seen_at = now(), abandoned_threads = %(abandoned)s::int WHERE id = %(worker_id)s
 )
 SELECT h.id,
        CASE WHEN r.id IS NOT NULL THEN 'renewed'
@@ -495,8 +495,8 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(heartbeat_seco
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopped_at = NULL;
 
 -- name: worker_touch
--- Mark a worker as seen now (when it holds no jobs, the heartbeat statement is skipped).
-UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(id)s;
+-- Mark a worker as seen now, with its abandoned handler threads (when it holds no jobs, the heartbeat statement is skipped).
+UPDATE {schema}.workers SET last_seen_at = now(), abandoned_threads = %(abandoned)s::int WHERE id = %(id)s;
 
 -- name: worker_stop
 -- Mark a worker as cleanly stopped.
@@ -505,7 +505,7 @@ UPDATE {schema}.workers SET stopped_at = now(), last_seen_at = now() WHERE id = 
 -- name: worker_list
 -- The registry with each worker's liveness judged by the DB clock.
 SELECT id, host, pid, queues, concurrency, heartbeat_seconds, lease_seconds, version, started_at, last_seen_at,
-       stopped_at,
+       stopped_at, abandoned_threads,
        extract(epoch FROM now() - last_seen_at)::float8 AS silent_seconds,
        (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_seconds)) AS alive
 FROM {schema}.workers

@@ -446,10 +446,10 @@ async function workersPage() {
       el("td", {}, w.id), el("td", {}, `${w.host} pid ${w.pid}`), el("td", {}, (w.queues || []).join(", ")),
       el("td", {}, w.concurrency), el("td", {}, w.stopped_at ? "stopped" : w.alive ? "alive" : "silent"),
       el("td", {}, ago(w.silent_seconds)), el("td", {}, `${w.heartbeat_seconds} s`), el("td", {}, w.version),
-      el("td", {}, when(w.started_at)),
+      el("td", {}, when(w.started_at)), el("td", { "data-abandoned": w.abandoned_threads }, w.abandoned_threads ?? 0),
       el("td", {}, w.held_jobs.length ? w.held_jobs.map((j) => link(`/jobs/${j.id}`, `#${j.id}`, { class: "held" })) : "–")));
     holder.replaceChildren(rows.length
-      ? table(["worker", "host", "queues", "slots", "state", "heartbeat age", "heartbeat", "version", "started", "held jobs"], rows, { "data-table": "workers" })
+      ? table(["worker", "host", "queues", "slots", "state", "heartbeat age", "heartbeat", "version", "started", "abandoned threads", "held jobs"], rows, { "data-table": "workers" })
       : el("p", { class: "muted" }, "No worker registered in the last day."));
   };
   await render();
