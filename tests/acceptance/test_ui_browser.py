@@ -145,8 +145,17 @@ def test_retry_all_matching_changes_exactly_the_matched_set(repo: Repository, cl
         assert "changed 4 of 4 matched" in w.page.inner_text("#notice")
         assert {repo.get_job(i)["status"] for i in wanted} == {"pending"}  # type: ignore[index]
         assert {repo.get_job(i)["status"] for i in other} == {"cancelled"}  # type: ignore[index]
-        w.page.goto(f"{url}/jobs")
+        # The selected rows only: cancel two of the four, now pending again.
+        w.page.goto(f"{url}/jobs?task=resize")
         w.page.wait_for_selector("tr[data-job-id]")
+        for job_id in wanted[:2]:
+            w.page.check(f'tr[data-job-id="{job_id}"] input[data-select]')
+        w.page.click("[data-action=cancel-selected]")
+        w.page.wait_for_selector("dialog[open] [data-confirm-text]")
+        assert "Cancel 2 jobs?" in w.page.inner_text("[data-confirm-text]")
+        w.page.click("[data-confirm=yes]")
+        w.page.wait_for_selector("#notice.ok")
+        assert [repo.get_job(i)["status"] for i in wanted] == ["cancelled", "cancelled", "pending", "pending"]  # type: ignore[index]
         w.page.screenshot(path=str(shots_dir(tmp_path) / "jobs.png"), full_page=True)
         assert not w.errors and not w.failed, (w.errors, w.failed)
 

@@ -1,8 +1,9 @@
 // tenure ui: fills the page shell from the JSON API under {prefix}/api/v1/ (docs/ui.md).
 // No build step and no dependencies. Untrusted text is only ever set as textContent.
 // Hooks for tests and scripts: rows carry data-job-id, attempt rows data-attempt and data-fence,
-// controls data-action (cancel, retry, replay, pause, resume, retry-matching, cancel-matching,
-// replay-matching).
+// controls data-action (per job: cancel, retry, replay; per queue: pause, resume, limit; on the
+// selected rows: retry-selected, cancel-selected, replay-selected; on every job matching the
+// filter: retry-matching, cancel-matching, replay-matching). Confirmations: dialog [data-confirm=yes].
 
 const body = document.body.dataset;
 const PREFIX = body.prefix || "";
@@ -326,12 +327,12 @@ async function jobs() {
     if (PAGE === "dlq") {
       toolbar.append(
         el("label", {}, "rate (jobs/s) ", el("input", { type: "number", min: 1, max: 1000, value: 50, class: "narrow", "data-replay-rate": true })),
-        actionButton("replay", "Replay selected", () => { const ids = selected(); if (ids.length) replay({ ids }); else notice("select rows first"); }, { "data-scope": "selected" }),
+        actionButton("replay-selected", "Replay selected", () => { const ids = selected(); if (ids.length) replay({ ids }); else notice("select rows first"); }),
         actionButton("replay-matching", "Replay all matching…", () => replay(matching())));
     } else {
       toolbar.append(
-        actionButton("retry", "Retry selected", () => { const ids = selected(); if (ids.length) bulk("retry", { ids }); else notice("select rows first"); }, { "data-scope": "selected" }),
-        actionButton("cancel", "Cancel selected", () => { const ids = selected(); if (ids.length) bulk("cancel", { ids }); else notice("select rows first"); }, { "data-scope": "selected" }),
+        actionButton("retry-selected", "Retry selected", () => { const ids = selected(); if (ids.length) bulk("retry", { ids }); else notice("select rows first"); }),
+        actionButton("cancel-selected", "Cancel selected", () => { const ids = selected(); if (ids.length) bulk("cancel", { ids }); else notice("select rows first"); }),
         actionButton("retry-matching", "Retry all matching…", () => bulk("retry", matching())),
         actionButton("cancel-matching", "Cancel all matching…", () => bulk("cancel", matching())));
     }
@@ -397,7 +398,7 @@ async function jobDetail() {
       el("td", {}, when(r.at)), el("td", {}, r.action), el("td", {}, r.attempt), el("td", {}, r.fence ?? "–"),
       el("td", {}, r.owner || "–"), el("td", {}, r.owner_status || "–"), el("td", {}, when(r.lease_expires_at)),
       el("td", {}, r.grace_seconds ?? "–"), el("td", {}, r.reaper || "–")));
-    const stale = doc.stale_writes.map((s) => el("tr", { "data-stale-write": s.event, "data-attempt": s.attempt },
+    const stale = doc.stale_writes.map((s) => el("tr", { "data-stale-write": s.event, "data-stale-attempt": s.attempt },
       el("td", {}, when(s.at)), el("td", {}, s.event), el("td", {}, s.tried || "–"), el("td", {}, s.attempt),
       el("td", { title: s.lock_token }, short(s.lock_token)), el("td", {}, s.worker || "–"), el("td", {}, s.reason || "")));
     const effects = doc.effects.map((x) => el("tr", { "data-effect": x.idempotency_key },
