@@ -627,9 +627,10 @@ SQS_QUEUE = "kind-components"
 
 
 def helm_upgrade(c: Cluster, *sets: str) -> None:
-    """``helm upgrade tenure`` keeping run.sh's values (image, pull policy, interval)."""
+    """``helm upgrade tenure`` keeping run.sh's values (image, pull policy, interval); the chart's own
+    defaults come from this checkout (`--reset-then-reuse-values`, not the installed release's)."""
     cmd = ["helm", "upgrade", "tenure", str(ROOT / "charts/tenure"), "--kube-context", c.context,
-           "--namespace", c.operator_namespace, "--reuse-values", "--wait", "--timeout", "300s"]
+           "--namespace", c.operator_namespace, "--reset-then-reuse-values", "--wait", "--timeout", "300s"]
     for s in sets:
         cmd += ["--set", s]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=360)
