@@ -144,7 +144,7 @@ embedded PostgreSQL in the pod, so rendering fails instead. Call with
 {{- $secret := .values.databaseUrlSecret | default dict }}
 {{- if not $secret.name }}
 {{- fail (printf "%s.enabled=true needs %s.databaseUrlSecret.name: a Secret whose key %s.databaseUrlSecret.key (default url) holds the PostgreSQL DSN" .component .component .component) }}
-{{- end }}
+{{- end -}}
 - name: TENURE_DATABASE_URL
   valueFrom:
     secretKeyRef:
