@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -767,6 +768,13 @@ def test_components_ui_through_its_service(cluster: Cluster, components: str | N
         status, ctype, body = http(f"{base}/", auth=auth)
         assert status == 200 and "text/html" in ctype, (status, ctype, body[:300])
         assert 'data-page="overview"' in body, body[:500]
+        assert 'data-can-write="false"' in body, "the read-only UI renders a writable page"
+        # The image's non-editable install carries the assets the page loads.
+        assets = re.findall(r'(?:href|src)="(/[^"]*static/[^"]+)"', body)
+        assert assets, body[:500]
+        for asset in assets:
+            status, _, text = http(f"{base}{asset}", auth=auth)
+            assert status == 200 and text.strip(), (asset, status)
         # --users is enforced: no credentials, or a wrong password, get 401.
         assert http(f"{base}/api/v1/queues")[0] == 401
         assert http(f"{base}/api/v1/queues", auth=(UI_USER, "wrong"))[0] == 401
