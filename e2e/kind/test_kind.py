@@ -694,8 +694,8 @@ def components(cluster: Cluster) -> Iterator[str | None]:
                  f"ui.usersSecret.name={UI_USERS_SECRET}"]
         deployments.append("tenure-ui")
     t0 = time.time()
-    helm_upgrade(c, *sets)
     try:
+        helm_upgrade(c, *sets)
         for dep in deployments:
             # A rebuilt tenure:dev keeps its tag (and the Secrets may be new): restart the pods.
             c.kubectl("-n", c.operator_namespace, "rollout", "restart", f"deploy/{dep}", namespaced=False)
@@ -782,7 +782,11 @@ def test_components_ui_through_its_service(cluster: Cluster, components: str | N
         assert status == 200 and "application/json" in ctype, (status, ctype, body[:300])
         queues = json.loads(body)["queues"]
         assert isinstance(queues, list)
-        c.record("ui_queues_listed", len(queues))
+        c.record("ui_queues_listed", sorted(q["name"] for q in queues))
+        # The same database as the SQS component: its queue, done within the hour, is listed.
+        if c.count(f"SELECT count(*) FROM tenure.jobs WHERE queue_name = '{SQS_QUEUE}'"
+                   " AND completed_at > now() - interval '50 minutes'"):
+            assert SQS_QUEUE in {q["name"] for q in queues}, queues
         # ui.readOnly defaults to true: the server refuses the write, and nothing is paused.
         status, _, body = http(f"{base}/api/v1/queues/{SQS_QUEUE}/pause", method="POST", auth=auth)
         assert status == 403 and "read-only" in body, (status, body[:300])
