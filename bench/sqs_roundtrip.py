@@ -13,7 +13,8 @@
    once on standard queues, once on FIFO queues (10 message groups, deduplication ids). The
    standard queues' jobs/s with FIFO neighbours over their jobs/s with standard neighbours is
    the lane's cost (1.0: none); both neighbours load the machine alike, so the CPU they take is
-   not counted against the lane. A standard queue's own receive never enters the FIFO lane (no
+   not counted against the lane, and which of the two goes first alternates run by run (tables
+   grow and dead index entries pile up during a run: what is measured later is slower). A standard queue's own receive never enters the FIFO lane (no
    advisory lock, no group scan): what could slow it is sharing tables and the server with FIFO
    traffic, which this measures.
 
@@ -115,8 +116,10 @@ def _fifo_cost(url: str, schema: str, args: argparse.Namespace, tmp: Path, sqs: 
         sqs.create_queue(QueueName=name)
     ratios = []
     for run in range(args.runs):
-        with_standard = _run("sqs", url, schema, args.clients, args.rounds, tmp, standard)
-        with_fifo = _run("sqs", url, schema, args.clients, args.rounds, tmp, fifo)
+        pair = [("standard", standard), ("fifo", fifo)]
+        rates = {name: _run("sqs", url, schema, args.clients, args.rounds, tmp, queues)
+                 for name, queues in (pair if run % 2 == 0 else pair[::-1])}  # alternate which goes first
+        with_standard, with_fifo = rates["standard"], rates["fifo"]
         ratios.append(with_fifo / with_standard)
         print(f"fifo-cost run {run + 1}: standard queues {with_standard:.0f} jobs/s beside standard neighbours, "
               f"{with_fifo:.0f} jobs/s beside FIFO neighbours, ratio {ratios[-1]:.2f}", flush=True)
