@@ -5,6 +5,8 @@ the operator and users' code.
 Every change is audited with who asked. Commands are all-or-nothing: :func:`cancel` and
 :func:`retry` with ``strict=True`` validate every id first (unknown id, wrong state) and change
 nothing when one fails, raising :class:`~tenure.core.errors.ConfigError` (the CLI's exit 2).
+:func:`bulk_matching` cancels or retries every job matching a filter (`tenure ui`), in batches,
+through the same statements.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +22,18 @@ from typing import Any
 import psycopg
 
 from tenure.core.errors import ConfigError
-from tenure.core.repository import Repository
+from tenure.core.repository import JobFilter, Repository
 
 CANCELLABLE = ("pending", "running")
 RETRYABLE = ("failed", "cancelled")
 JOB_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 QUEUE_NAME_MAX = 200
+BULK_ACTIONS = {"cancel": CANCELLABLE, "retry": RETRYABLE}
+"""What a bulk action applies to: the matching jobs in these states (the others are left alone)."""
+BULK_MAX_DEFAULT = 100_000
+"""A bulk action on more matching jobs than this is refused: narrow the filter."""
+BULK_BATCH = 1000
+"""Jobs changed per transaction by a bulk action."""
 
 
 def default_requester(source: str = "api") -> str:
@@ -166,3 +175,105 @@ def set_max_running(conn: psycopg.Connection[Any], queue: str, max_running: int,
 def list_queues(conn: psycopg.Connection[Any], *, schema: str = "tenure") -> list[dict[str, Any]]:
     """Every queue with jobs, live workers or a control row: paused, max_running, ready, running."""
     return [dict(r) for r in Repository(conn, schema).queue_control_list()]
+
+
+class SetChangedError(ConfigError):
+    """The jobs matching a bulk action's filter are not the set the caller confirmed."""
+
+
+@dataclass(frozen=True)
+class BulkReport:
+    """What a bulk action matched and changed."""
+
+    matched: int
+    """Jobs that matched the filter and were in a state the action applies to."""
+    changed: int
+    """Jobs the action changed (fewer than matched when some changed state meanwhile)."""
+    newest_id: int
+    """The newest job id the set was bounded by: pass it back to act on the same set."""
+
+
+def bulk_matching(conn: psycopg.Connection[Any], action: str, flt: JobFilter, *, schema: str = "tenure",
+                  requested_by: str | None = None, dry_run: bool = False, expected: int | None = None,
+                  newest_id: int | None = None, limit: int = BULK_MAX_DEFAULT) -> BulkReport:
+    """Cancel or retry every job that matches ``flt`` (and is cancellable, or retryable), in
+    batches of :data:`BULK_BATCH`, through the same statements as :func:`cancel` and
+    :func:`retry`, audited with ``requested_by``.
+
+    The set is the matching jobs with ids up to ``newest_id`` (default: the newest job now), so
+    jobs enqueued after a preview never join it. With ``expected`` (the count a preview showed)
+    a different count raises :class:`SetChangedError` and changes nothing. ``dry_run`` counts
+    only. More than ``limit`` matches raise ConfigError and change nothing."""
+    if action not in BULK_ACTIONS:
+        raise ConfigError(f"unknown action {action!r} (one of {', '.join(BULK_ACTIONS)})")
+    repo = Repository(conn, schema)
+    bound = repo.job_newest_id() if newest_id is None else newest_id
+    ids = matching_ids(repo, flt, BULK_ACTIONS[action], bound=bound, limit=limit)
+    if expected is not None and expected != len(ids):
+        raise SetChangedError(f"{len(ids)} jobs match now, not the {expected} confirmed: nothing was changed; "
+                              "review the set again")
+    if dry_run:
+        return BulkReport(len(ids), 0, bound)
+    who = requested_by or default_requester()
+    changed = 0
+    for start in range(0, len(ids), BULK_BATCH):
+        chunk = ids[start:start + BULK_BATCH]
+        with conn.transaction():
+            if action == "cancel":
+                changed += len(repo.cancel(chunk, who))
+            else:
+                changed += len(repo.retry_jobs(chunk, who))
+    return BulkReport(len(ids), changed, bound)
+
+
+def matching_ids(repo: Repository, flt: JobFilter, statuses: Sequence[str], *, bound: int, limit: int) -> list[int]:
+    """Ids (oldest first, at most ``bound``) of the jobs in ``statuses`` matching ``flt``;
+    ConfigError when more than ``limit`` match."""
+    ids: list[int] = []
+    after = 0
+    while True:
+        page = repo.job_browse_ids(flt, statuses, after_id=after, limit=BULK_BATCH)
+        ids.extend(i for i in page if i <= bound)
+        if len(ids) > limit:
+            raise ConfigError(f"more than {limit} jobs match: narrow the filter (nothing was changed)")
+        if len(page) < BULK_BATCH or page[-1] > bound:
+            return ids
+        after = page[-1]
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    matched: int
+    """Dead-lettered jobs that matched."""
+    replayed: list[int]
+    """Moved back to pending (with ``dry_run``: would be)."""
+    skipped: list[tuple[int, str]]
+    """Left in the DLQ as invalid, with why."""
+
+
+def replay_matching(conn: psycopg.Connection[Any], flt: JobFilter, *, schema: str = "tenure", rate: float,
+                    dry_run: bool = False, requested_by: str | None = None,
+                    validate: Callable[[dict[str, Any]], str | None] | None = None,
+                    limit: int = BULK_MAX_DEFAULT) -> ReplayReport:
+    """Replay the dead-lettered jobs matching ``flt`` the way `tenure dlq replay` does: small
+    batches, at most ``rate`` jobs per second, only jobs still in the DLQ move (safe to
+    interrupt and repeat). ``dry_run`` walks the same batches and writes nothing."""
+    if not rate > 0:
+        raise ConfigError("rate must be positive")
+    repo = Repository(conn, schema)
+    ids = matching_ids(repo, flt, ("failed",), bound=repo.job_newest_id(), limit=limit)
+    who = requested_by or default_requester()
+    batch = max(1, min(10, int(rate // 5)))
+    replayed: list[int] = []
+    skipped: list[tuple[int, str]] = []
+    started = time.monotonic()
+    for start in range(0, len(ids), batch):
+        done, bad, _ = repo.dlq_replay_batch(ids=ids[start:start + batch], queue=None, error_code=None, after_id=0,
+                                             batch=batch, validate=validate or (lambda row: None),
+                                             reason=f"replayed by {who} at {rate:g}/s", dry_run=dry_run)
+        replayed.extend(done)
+        skipped.extend(bad)
+        wait = len(replayed) / rate - (time.monotonic() - started)
+        if not dry_run and wait > 0 and start + batch < len(ids):
+            time.sleep(wait)
+    return ReplayReport(len(ids), replayed, skipped)

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -20,6 +21,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from tenure.core.db import connect
+from tenure.core.errors import ConfigError
 from tenure.core.repository import Repository
 
 EXIT_CONFIG = 2
@@ -130,3 +132,21 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     print("  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip())
     for r in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def listen_socket(bind: str) -> socket.socket:
+    """A listening socket on ``HOST:PORT`` (port 0: any free one) for a server command;
+    ConfigError (exit 2) when it cannot bind."""
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {bind}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock

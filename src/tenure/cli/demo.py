@@ -1,4 +1,5 @@
-"""`tenure demo`: watch a crash get recovered, on an embedded database."""
+"""`tenure demo`: watch a crash get recovered, on the embedded database (or ``--database-url``);
+the jobs stay on the queue ``demo`` for `tenure ui` to show."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ ORDER = 100
 def register(sub: Any) -> None:
     p = command(sub, "demo", "watch a crash get recovered, on an embedded database")
     p.add_argument("--jobs", type=positive_int, default=20)
-    p.add_argument("--keep", action="store_true", help="keep the demo database afterwards")
     p.set_defaults(func=cmd_demo, no_db=True)
 
 

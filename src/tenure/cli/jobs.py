@@ -1,4 +1,5 @@
-"""`tenure jobs`: inspect and control jobs: ``show`` (one job and its event history), ``list``
+"""`tenure jobs`: inspect and control jobs: ``show`` (one job, its attempts and its event history;
+``--json`` prints :func:`tenure.job_document.job_document`, the document `tenure ui` shows), ``list``
 (filters, keyset paging, --json), ``cancel`` and ``retry`` (issue 14, through
 :mod:`tenure.control`; all or nothing: an unknown id or a wrong state exits 2 and changes nothing)."""
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from tenure import control
 from tenure.cli.common import command, duration, open_repo, positive_int, print_json, subcommands, table
+from tenure.job_document import job_document
 
 ORDER = 70
 JOBS_LIST_LIMIT_DEFAULT = 50
@@ -55,16 +57,16 @@ def register(sub: Any) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print one job (any status) and its audit events; exit 1 when there is no such job."""
-    conn, repo = open_repo(args)
+    conn, _ = open_repo(args)
     with conn:
-        job = repo.get_job(args.id)
-        if job is None:
-            print(f"tenure: no job {args.id}", file=sys.stderr)
-            return 1
-        events = repo.job_events(args.id)
+        document = job_document(conn, args.id, schema=args.schema)
+    if document is None:
+        print(f"tenure: no job {args.id}", file=sys.stderr)
+        return 1
     if args.json:
-        print_json({"job": job, "events": events})
+        print_json(document)
         return 0
+    job, events = document["job"], document["events"]
     for key in SHOW_FIELDS:
         value = job.get(key)
         if isinstance(value, datetime):

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import socket
 from typing import Any
 
 import psycopg
 
-from tenure.cli.common import command
+from tenure.cli.common import command, listen_socket
 from tenure.core.errors import ConfigError
 from tenure.sqs.auth import load_credentials
 from tenure.sqs.service import ACCOUNT_DEFAULT, BIND_DEFAULT, REGION_DEFAULT, SqsConfig, SqsService
@@ -33,22 +32,6 @@ def register(sub: Any) -> None:
     p.add_argument("--account-id", default=ACCOUNT_DEFAULT, help=f"the account id in queue URLs and ARNs (default {ACCOUNT_DEFAULT})")
     p.add_argument("--region", default=REGION_DEFAULT, help=f"the region in ARNs and in signatures' scope (default {REGION_DEFAULT})")
     p.set_defaults(func=cmd_sqs)
-
-
-def _listen(bind: str) -> socket.socket:
-    host, _, port = bind.rpartition(":")
-    host = host.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, int(port)))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {bind}: {exc.strerror or exc}") from None
-    sock.listen(1024)
-    sock.set_inheritable(True)
-    return sock
 
 
 def cmd_sqs(args: argparse.Namespace) -> int:
@@ -71,7 +54,7 @@ def cmd_sqs(args: argparse.Namespace) -> int:
     except BaseException:
         service.close()
         raise
-    sock = _listen(config.bind)
+    sock = listen_socket(config.bind)
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn.Config(build_app(service), log_level="warning", access_log=False,
                                            lifespan="on", timeout_graceful_shutdown=5))

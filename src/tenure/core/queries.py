@@ -45,14 +45,27 @@ def parse_named_queries(text: str) -> dict[str, tuple[str, str]]:
     return queries
 
 
+FRAGMENT_SUFFIX = "_filter"
+"""A block named ``*_filter`` is a fragment (a WHERE condition), spliced into the queries that
+say ``{its_name}``, so several queries share one filter without copies of it."""
+
+
 @lru_cache(maxsize=None)
 def named_queries(schema: str) -> dict[str, str]:
-    """Queries with ``{schema}`` replaced by the quoted schema identifier and ``{channel}`` by
-    the quoted wake-up channel (LISTEN takes no parameters)."""
+    """Queries with ``{schema}`` replaced by the quoted schema identifier, ``{channel}`` by
+    the quoted wake-up channel (LISTEN takes no parameters) and ``{name_filter}`` by that
+    fragment's text in parentheses."""
     quoted = quote_ident(schema)
     channel = '"' + notify_channel(schema) + '"'
-    return {name: sql.replace("{schema}", quoted).replace("{channel}", channel)
-            for name, (_, sql) in parse_named_queries(_read("queries.sql")).items()}
+    parsed = parse_named_queries(_read("queries.sql"))
+    fragments = {f"{{{name}}}": sql for name, (_, sql) in parsed.items() if name.endswith(FRAGMENT_SUFFIX)}
+
+    def expand(sql: str) -> str:
+        for marker, fragment in fragments.items():
+            sql = sql.replace(marker, f"({fragment})")
+        return sql.replace("{schema}", quoted).replace("{channel}", channel)
+
+    return {name: expand(sql) for name, (_, sql) in parsed.items()}
 
 
 def schema_sql() -> str:

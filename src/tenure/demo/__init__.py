@@ -1,8 +1,12 @@
 """`tenure demo`: a crash recovered live, on an embedded database, with no setup.
 
-Starts (or reuses) an embedded PostgreSQL in a temporary home, enqueues sample jobs including
-one whose first attempt kills its worker mid-job, runs two worker processes and a reaper, and
-prints the queue while the reaper recovers the crashed job and another worker completes it.
+Uses the database and schema every command resolves (``--database-url`` or
+``TENURE_DATABASE_URL``, else the embedded PostgreSQL that `tenure` starts in its home;
+``--schema`` or ``TENURE_SCHEMA``, else ``tenure``), migrates it, enqueues sample jobs on the
+queue ``demo`` including one whose first attempt kills its worker mid-job, runs two worker
+processes and a reaper, and prints the queue while the reaper recovers the crashed job and
+another worker completes it. The jobs stay, so `tenure ui` shows them next. Each run's
+idempotency keys are its own, so a second run enqueues its jobs again.
 """
 
 from __future__ import annotations
@@ -17,38 +21,36 @@ import tempfile
 import time
 from pathlib import Path
 
-from tenure.core.db import connect
-from tenure.core.embedded import ensure_server
+from tenure.core.db import connect, resolve_dsn, resolve_schema
+from tenure.core.embedded import tenure_home
 from tenure.core.repository import JobSpec, Repository
 
 LEASE = 3.0
 HEARTBEAT = 1.0
 GRACE = 1.0
+QUEUE = "demo"
 
 
 def run_demo(args: argparse.Namespace) -> int:
     home = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
-    dsn = args.database_url or os.environ.get("TENURE_DATABASE_URL")
-    server = None
-    if not dsn:
-        print(f"starting an embedded PostgreSQL in {home} ...", flush=True)
-        server = ensure_server(home / "pgdata")
-        dsn = server.dsn
-    schema = "tenure_demo"
+    if not (args.database_url or os.environ.get("TENURE_DATABASE_URL")):
+        print(f"using the embedded PostgreSQL in {tenure_home() / 'pgdata'} ...", flush=True)
+    dsn = resolve_dsn(args.database_url)
+    schema = resolve_schema(args.schema)
+    run = home.name.removeprefix("tenure-demo-")
     env = {**os.environ, "TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with connect(dsn) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
             repo = Repository(conn, schema)
             repo.migrate()
-            crash = repo.enqueue("crash_once", {"marker": str(home / "crashed")}).id
-            repo.enqueue_many([JobSpec("send_invoice_email", {"invoice_id": i}, idempotency_key=f"invoice:{i}:email:v1")
-                               for i in range(args.jobs)])
-            repo.enqueue("always_fails", {"why": "poison"}, max_attempts=2)
+            crash = repo.enqueue("crash_once", {"marker": str(home / "crashed")}, queue=QUEUE).id
+            repo.enqueue_many([JobSpec("send_invoice_email", {"invoice_id": i}, queue=QUEUE,
+                                       idempotency_key=f"demo-{run}:invoice:{i}:email:v1") for i in range(args.jobs)])
+            poison = repo.enqueue("always_fails", {"why": "poison"}, max_attempts=2, queue=QUEUE).id
             print(f"enqueued {args.jobs + 2} jobs; job {crash} kills its worker mid-job on the first attempt\n",
                   flush=True)
-            worker_cmd = [sys.executable, "-m", "tenure.cli", "worker", "--app", "tenure.demo.tasks:app",
+            worker_cmd = [sys.executable, "-m", "tenure.cli", "worker", "--app", "tenure.demo.tasks:app", "--queue", QUEUE,
                           "--concurrency", "4", "--lease", f"{LEASE}s", "--heartbeat", f"{HEARTBEAT}s",
                           "--grace", f"{GRACE}s", "--drain-timeout", "5s", "--backoff-base", "0.2",
                           "--backoff-max", "1"]
@@ -60,7 +62,7 @@ def run_demo(args: argparse.Namespace) -> int:
             second_started = False
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                stats = repo.queue_stats("default")
+                stats = repo.queue_stats(QUEUE)
                 s = stats[0] if stats else None
                 job = repo.get_job(crash)
                 assert job is not None
@@ -81,13 +83,14 @@ def run_demo(args: argparse.Namespace) -> int:
                 token = str(e["lock_token"])[:8] if e["lock_token"] else "-"
                 print(f"  {e['created_at'].strftime('%H:%M:%S.%f')[:-3]}  {e['event']:30} "
                       f"attempt={e['attempt'] or '-'} token={token} {e['reason'] or ''}")
-            dead = repo.dlq_list(queue="default")
+            dead = [d for d in repo.dlq_list(queue=QUEUE) if d["id"] == poison]
             print(f"\ndead-letter queue: {len(dead)} job(s): "
                   + json.dumps([{"id": d["id"], "task": d["task"], "code": d["last_error_code"]} for d in dead]))
             final = repo.get_job(crash)
             ok = final is not None and final["status"] == "completed"
             print("\nrecovered: the crashed job completed on another worker" if ok
                   else "\nthe crashed job did not complete in time")
+            print(f"\nsee it in the browser: tenure ui  (then open http://127.0.0.1:8080/jobs/{crash})")
             return 0 if ok else 1
     finally:
         for p in procs:
@@ -98,7 +101,4 @@ def run_demo(args: argparse.Namespace) -> int:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
-        if server is not None:
-            server.stop("fast")
-        if not getattr(args, "keep", False):
-            shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)

@@ -18,11 +18,13 @@ One module per area, each a mixin over :class:`~tenure.core.repository.base.Repo
 - ``reads``: a job, its events, listings, queue figures, the doctor's views;
 - ``registry``: workers (R9); ``executions``: the execution store (R14);
 - ``dlq``: dead letters and retention (R12); ``control``: cancel, retry, pause, limits;
-- ``periodic``: periodic schedules; ``sqs``: the queues and messages of `tenure sqs`.
+- ``periodic``: periodic schedules; ``sqs``: the queues and messages of `tenure sqs`;
+- ``browse``: the job browser of `tenure ui` (one filter for pages, counts and bulk actions).
 """
 
 from __future__ import annotations
 
+from tenure.core.repository.browse import COUNT_BUDGET_MS_DEFAULT, COUNT_CAP_DEFAULT, BrowseQueries, JobCount, JobFilter
 from tenure.core.repository.control import ControlQueries
 from tenure.core.repository.dlq import DeadLetterQueries
 from tenure.core.repository.enqueue import EnqueueQueries
@@ -57,14 +59,14 @@ from tenure.core.repository.specs import (
 from tenure.core.repository.sqs import SQS_TASK, SqsQueries
 
 __all__ = [
-    "DELAY_MAX_SECONDS", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
+    "COUNT_BUDGET_MS_DEFAULT", "COUNT_CAP_DEFAULT", "DELAY_MAX_SECONDS", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
     "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "REJECTED_WRITE_EVENTS", "SQS_TASK", "STATS_STALE_FRACTION",
-    "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "HeartbeatOutcome", "JobSpec", "ReapCandidate",
+    "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "HeartbeatOutcome", "JobCount", "JobFilter", "JobSpec", "ReapCandidate",
     "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
     "max_payload_bytes",
 ]
 
 
 class Repository(SchemaQueries, EnqueueQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
-                 ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries):
+                 ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries, BrowseQueries):
     """Named queries bound to one connection and one schema: every area's queries together."""

@@ -12,6 +12,10 @@ from tenure.core.repository.specs import Row
 class ExecutionQueries(RepositoryBase):
     """Effectively-once effects' keys."""
 
+    def execution_list_for_job(self, job_id: int) -> list[Row]:
+        """The effects (execution-store records) of one job's attempts."""
+        return self._rows("execution_list_for_job", {"id": job_id})
+
     def execution_claim(self, key: str, job_id: int, token: uuid.UUID, lease: float) -> Row:
         """``{outcome: claimed | in_doubt | already_succeeded | leased_by_other_worker, result_ref,
         attempt_count}``; ``in_doubt`` is a claim of a key whose earlier holder may have performed

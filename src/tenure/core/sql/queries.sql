@@ -215,11 +215,12 @@ WITH updated AS (
         updated_at = now()
     WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = %(token)s
-    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at, j.last_heartbeat_at
 ), event AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT id, queue_name, 'retry_scheduled', %(token)s, %(worker_id)s, attempt_count, %(error_code)s,
-           jsonb_build_object('delay_seconds', %(delay)s::float8, 'fence', fence, 'started_at', started_at)
+           jsonb_build_object('delay_seconds', %(delay)s::float8, 'fence', fence, 'started_at', started_at,
+                              'last_heartbeat_at', last_heartbeat_at, 'error', %(error)s::text)
     FROM updated
 )
 SELECT count(*)::int AS accepted FROM updated;
@@ -236,11 +237,12 @@ WITH updated AS (
         updated_at = now()
     WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = %(token)s
-    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at, j.last_heartbeat_at
 ), event AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT id, queue_name, 'dead_lettered', %(token)s, %(worker_id)s, attempt_count, %(error_code)s,
-           jsonb_build_object('fence', fence, 'started_at', started_at)
+           jsonb_build_object('fence', fence, 'started_at', started_at, 'last_heartbeat_at', last_heartbeat_at,
+                              'error', %(error)s::text)
     FROM updated
 )
 SELECT count(*)::int AS accepted FROM updated;
@@ -1150,3 +1152,103 @@ WITH picked AS (
     SELECT pg_notify(%(channel)s, %(target)s) WHERE EXISTS (SELECT 1 FROM moved)
 )
 SELECT count(*)::int AS moved FROM moved WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: job_browse_filter
+-- The job browser's filter, a fragment spliced into the job_browse queries where they say {job_browse_filter}; every condition is off when its parameter is NULL.
+    (%(id)s::bigint IS NULL OR j.id = %(id)s::bigint)
+    AND (%(queue)s::text IS NULL OR j.queue_name = %(queue)s::text)
+    AND (%(status)s::text IS NULL OR j.status = %(status)s::text::{schema}.job_status)
+    AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+    AND (%(priority_min)s::int IS NULL OR j.priority >= %(priority_min)s::int)
+    AND (%(priority_max)s::int IS NULL OR j.priority <= %(priority_max)s::int)
+    AND (%(created_after)s::timestamptz IS NULL OR j.created_at >= %(created_after)s::timestamptz)
+    AND (%(created_within)s::float8 IS NULL OR j.created_at >= now() - make_interval(secs => %(created_within)s::float8))
+    AND (%(finished_after)s::timestamptz IS NULL
+         OR coalesce(j.completed_at, j.failed_at, j.cancelled_at) >= %(finished_after)s::timestamptz)
+    AND (%(finished_within)s::float8 IS NULL
+         OR coalesce(j.completed_at, j.failed_at, j.cancelled_at) >= now() - make_interval(secs => %(finished_within)s::float8))
+    AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s::text)
+    AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+
+-- name: job_browse
+-- One page of the job browser, newest first (keyset on id: pass the last id seen as before_id), filtered by job_browse_filter.
+SELECT j.id, j.queue_name, j.task, j.status::text AS status, j.priority, j.attempt_count, j.max_attempts,
+       j.lease_expiry_count, j.fence, j.available_at, j.created_at, j.started_at, j.completed_at, j.failed_at,
+       j.cancelled_at, coalesce(j.completed_at, j.failed_at, j.cancelled_at) AS finished_at, j.locked_by,
+       j.lease_expires_at, j.last_error_code, j.idempotency_key, j.payload
+FROM {schema}.jobs j
+WHERE (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
+  AND {job_browse_filter}
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: job_browse_ids
+-- The ids of the jobs matching job_browse_filter in a given status set, oldest first after after_id: the batches of a bulk action (one page of ids per call).
+SELECT j.id FROM {schema}.jobs j
+WHERE j.id > %(after_id)s::bigint AND j.status::text = ANY(%(statuses)s::text[])
+  AND {job_browse_filter}
+ORDER BY j.id
+LIMIT %(limit)s;
+
+-- name: job_browse_count
+-- How many jobs match job_browse_filter, counting at most `cap` of them (the caller labels a capped count an estimate).
+SELECT count(*)::bigint AS n FROM (
+    SELECT 1 FROM {schema}.jobs j WHERE {job_browse_filter} LIMIT %(cap)s
+) matched;
+
+-- name: job_browse_estimate
+-- The planner's estimate of how many jobs match job_browse_filter, from EXPLAIN without running the query.
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs j WHERE {job_browse_filter};
+
+-- name: queue_throughput_hour
+-- Per queue, jobs completed and dead-lettered, and attempts that failed, within the last hour (range scans of the status indexes and the events' BRIN index).
+WITH done AS (
+    SELECT queue_name, count(*)::bigint AS completed FROM {schema}.jobs
+    WHERE status = 'completed' AND completed_at > now() - interval '1 hour' GROUP BY queue_name
+), dead AS (
+    SELECT queue_name, count(*)::bigint AS dead_lettered FROM {schema}.jobs
+    WHERE status = 'failed' AND failed_at > now() - interval '1 hour' GROUP BY queue_name
+), failed AS (
+    SELECT queue_name, count(*)::bigint AS failed_attempts FROM {schema}.job_events
+    WHERE created_at > now() - interval '1 hour'
+      AND event IN ('retry_scheduled', 'dead_lettered', 'reaped_due_to_expired_lease', 'reaped_to_dead_letter')
+    GROUP BY queue_name
+), oldest AS (
+    SELECT queue_name, extract(epoch FROM now() - min(available_at))::float8 AS oldest_ready_age_seconds
+    FROM {schema}.jobs WHERE status = 'pending' AND available_at <= now() GROUP BY queue_name
+)
+SELECT q AS queue, coalesce(d.completed, 0) AS completed, coalesce(x.dead_lettered, 0) AS dead_lettered,
+       coalesce(f.failed_attempts, 0) AS failed_attempts, coalesce(o.oldest_ready_age_seconds, 0) AS oldest_ready_age_seconds
+FROM (SELECT queue_name AS q FROM done UNION SELECT queue_name FROM dead UNION SELECT queue_name FROM failed
+      UNION SELECT queue_name FROM oldest) names
+LEFT JOIN done d ON d.queue_name = q LEFT JOIN dead x ON x.queue_name = q
+LEFT JOIN failed f ON f.queue_name = q LEFT JOIN oldest o ON o.queue_name = q
+ORDER BY q;
+
+-- name: periodic_schedule_list
+-- Every periodic schedule with its last slot and counters, and the DB clock.
+SELECT name, task, queue_name, cron, timezone, last_slot, enqueued_total, skipped_total, updated_at, now() AS db_now
+FROM {schema}.periodic_schedules ORDER BY name;
+
+-- name: job_events_since
+-- Job events after an event id, oldest first (the job browser's change feed; the primary key bounds the walk).
+SELECT id, job_id, queue_name, event, created_at FROM {schema}.job_events
+WHERE id > %(after_id)s::bigint ORDER BY id LIMIT %(limit)s;
+
+-- name: job_events_last_id
+-- The newest job event id (0 when there are none): where a change feed starts.
+SELECT coalesce(max(id), 0)::bigint AS id FROM {schema}.job_events;
+
+-- name: job_newest_id
+-- The newest job id (0 when there are none): new jobs are the ones above it.
+SELECT coalesce(max(id), 0)::bigint AS id FROM {schema}.jobs;
+
+-- name: db_statement_timeout_set
+-- Bound the statements of the current transaction (a count that may not run long); the value is a duration such as 250ms.
+SELECT set_config('statement_timeout', %(value)s::text, true);
+
+-- name: execution_list_for_job
+-- The execution-store records (effects) written by one job's attempts, oldest first.
+SELECT idempotency_key, status, lock_token, attempt_count, lease_until, claimed_at, result_ref, last_error_code,
+       created_at, updated_at, succeeded_at
+FROM {schema}.job_executions WHERE job_id = %(id)s ORDER BY created_at, idempotency_key;

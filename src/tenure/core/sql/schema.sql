@@ -123,6 +123,8 @@ CREATE TABLE job_executions (
     succeeded_at     timestamptz
 );
 CREATE INDEX job_executions_processing_idx ON job_executions (lock_token) WHERE status = 'processing';
+-- The effects of one job, for its page in the job browser (0007).
+CREATE INDEX job_executions_job_idx ON job_executions (job_id);
 
 -- One row counting every reaper cycle (any reaper process), for the exporter (0003).
 CREATE TABLE reaper_cycles (

@@ -1,0 +1,87 @@
+"""The OpenAPI 3.1 document of the JSON API (``{prefix}/api/v1/openapi.json``); a unit test
+checks that it lists exactly the routes the app serves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenure.core.version import __version__
+from tenure.ui.filters import FIELDS
+
+_ERROR = {"description": "one JSON message", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+_FILTER_DOC = {
+    "id": "job id", "queue": "queue name", "status": "pending, running, completed, failed or cancelled",
+    "task": "task name", "priority_min": "lowest priority (-100..100)", "priority_max": "highest priority",
+    "created_since": "ISO-8601 time, or a duration back from now: 90s, 15m, 2h, 7d",
+    "finished_since": "the same, for the time a job completed, failed or was cancelled",
+    "idempotency_key": "exact key", "payload": 'JSON object the payload contains, e.g. {"invoice_id": 42}',
+}
+
+
+def _filter_params() -> list[dict[str, Any]]:
+    return [{"name": f, "in": "query", "required": False, "description": _FILTER_DOC[f],
+             "schema": {"type": "integer" if f in ("id", "priority_min", "priority_max") else "string"}} for f in FIELDS]
+
+
+def _op(summary: str, *, mutates: bool = False, params: list[dict[str, Any]] | None = None,
+        body: dict[str, Any] | None = None, ok: str = "the result") -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "parameters": params or [],
+                          "responses": {"200": {"description": ok, "content": {"application/json": {}}},
+                                        "400": _ERROR, "401": _ERROR, "403": _ERROR}}
+    if mutates:
+        op["description"] = ("Mutating: 403 for a viewer or under --read-only; JSON or no body (never a form); a browser "
+                             "request must be same-origin and carry X-CSRF-Token (from GET session).")
+        op["requestBody"] = {"required": body is not None,
+                             "content": {"application/json": {"schema": body or {"type": "object"}}}}
+    return op
+
+
+def _path(name: str, where: str = "path") -> dict[str, Any]:
+    return {"name": name, "in": where, "required": True, "schema": {"type": "string"}}
+
+
+def document(prefix: str) -> dict[str, Any]:
+    filter_schema = {"type": "object", "properties": {f: {"type": "string"} for f in FIELDS},
+                     "additionalProperties": False}
+    paging = [{"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "next_cursor of the previous page"},
+              {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}]
+    paths = {
+        "/session": {"get": _op("who is signed in, their role, and the CSRF token for browser mutations")},
+        "/queues": {"get": _op("every queue: counts by status, paused, running limit, oldest ready job, last hour")},
+        "/queues/{name}/pause": {"post": _op("pause a queue (workers stop claiming from it)", mutates=True,
+                                             params=[_path("name")])},
+        "/queues/{name}/resume": {"post": _op("resume a paused queue", mutates=True, params=[_path("name")])},
+        "/queues/{name}/limit": {"post": _op("cap the jobs running in a queue across all workers (0: no cap)",
+                                             mutates=True, params=[_path("name")],
+                                             body={"type": "object", "required": ["max_running"],
+                                                   "properties": {"max_running": {"type": "integer", "minimum": 0}}})},
+        "/jobs": {"get": _op("one page of jobs, newest first: {jobs: [...], next_cursor}", params=_filter_params() + paging)},
+        "/jobs/count": {"get": _op("how many jobs match: {count, estimated}; estimated above 10,000 or when slow",
+                                   params=_filter_params())},
+        "/jobs/{id}": {"get": _op("one job: the same document as `tenure jobs show ID --json`", params=[_path("id")])},
+        "/jobs/{id}/cancel": {"post": _op("cancel a pending or running job", mutates=True, params=[_path("id")])},
+        "/jobs/{id}/retry": {"post": _op("retry a failed or cancelled job", mutates=True, params=[_path("id")])},
+        "/jobs/bulk": {"post": _op("retry or cancel every job matching a filter (or the given ids): {matched, changed}",
+                                   mutates=True, body={"type": "object", "required": ["action"], "properties": {
+                                       "action": {"enum": ["retry", "cancel"]}, "filter": filter_schema,
+                                       "ids": {"type": "array", "items": {"type": "integer"}},
+                                       "dry_run": {"type": "boolean"},
+                                       "expected": {"type": "integer", "description": "the previewed count: 409 if the set changed"},
+                                       "newest_id": {"type": "integer", "description": "the preview's newest_id: later jobs stay out"}}})},
+        "/dlq/replay": {"post": _op("replay dead-lettered jobs matching a filter (or ids), rate limited",
+                                    mutates=True, body={"type": "object", "properties": {
+                                        "filter": filter_schema, "ids": {"type": "array", "items": {"type": "integer"}},
+                                        "dry_run": {"type": "boolean"}, "rate": {"type": "number", "default": 50}}})},
+        "/periodic": {"get": _op("periodic schedules: cron, timezone, last and next slot, skipped slots")},
+        "/workers": {"get": _op("workers from the registry: heartbeat age, held jobs")},
+        "/events": {"get": {"summary": "server-sent events: `change` with new_jobs [first, last] and changed_jobs ids",
+                            "responses": {"200": {"description": "text/event-stream",
+                                                  "content": {"text/event-stream": {}}}}}},
+    }
+    return {"openapi": "3.1.0",
+            "info": {"title": "tenure ui API", "version": __version__,
+                     "description": "The JSON API the job browser itself uses (docs/ui.md)."},
+            "servers": [{"url": f"{prefix}/api/v1"}], "paths": paths,
+            "components": {"schemas": {"Error": {"type": "object", "required": ["error"],
+                                                 "properties": {"error": {"type": "string"}}}},
+                           "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}}}}

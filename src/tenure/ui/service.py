@@ -1,0 +1,148 @@
+"""What one `tenure ui` process shares between requests: its config, the authenticator, a
+connection pool, and the change feed behind ``GET api/v1/events``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from tenure.core.db import connect
+from tenure.core.repository import Repository
+from tenure.ui.auth import Authenticator, load_users
+from tenure.ui.config import UiConfig
+
+log = logging.getLogger("tenure.ui")
+SUBSCRIBER_BACKLOG = 100
+"""Changes queued per event stream; a client that falls further behind gets a ``resync``."""
+
+
+class ChangeFeed:
+    """New and changed jobs, pushed to every open event stream.
+
+    One thread owns the feed's connection (LISTEN on the wake-up channel, which every enqueue,
+    retry and requeue notifies). On each notification, and every ``feed_poll_seconds`` anyway,
+    :meth:`run_once` reads the newest job id and the job events after the last one seen (both
+    walks of a primary key), and publishes one change: the new jobs' range and the ids of jobs
+    whose state changed. A claim writes no event: a job that only started running shows up on the
+    next change of its page, or on the polling fallback.
+    """
+
+    def __init__(self, config: UiConfig) -> None:
+        self.config = config
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.subscribers: set[asyncio.Queue[str]] = set()
+        self.lock = threading.Lock()
+        self.newest_job_id = 0
+        self.last_event_id = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="tenure-ui-feed", daemon=True)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+
+    def subscribe(self) -> asyncio.Queue[str]:
+        queue: asyncio.Queue[str] = asyncio.Queue(SUBSCRIBER_BACKLOG)
+        with self.lock:
+            self.subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[str]) -> None:
+        with self.lock:
+            self.subscribers.discard(queue)
+
+    def run_once(self, repo: Repository) -> dict[str, Any] | None:
+        """One look for changes since the last; the change published, or None."""
+        newest = repo.job_newest_id()
+        events = repo.job_events_since(self.last_event_id) if self.last_event_id else []
+        if not self.last_event_id:
+            self.last_event_id = repo.job_events_last_id()
+            self.newest_job_id = newest
+            return None
+        if newest == self.newest_job_id and not events:
+            return None
+        change = {"type": "change", "new_jobs": [self.newest_job_id + 1, newest] if newest > self.newest_job_id else None,
+                  "changed_jobs": sorted({int(e["job_id"]) for e in events}),
+                  "queues": sorted({str(e["queue_name"]) for e in events})}
+        self.newest_job_id = max(self.newest_job_id, newest)
+        if events:
+            self.last_event_id = int(events[-1]["id"])
+        self._publish(json.dumps(change))
+        return change
+
+    def _publish(self, message: str) -> None:
+        if self.loop is None:
+            return
+        with self.lock:
+            queues = list(self.subscribers)
+        for queue in queues:
+            self.loop.call_soon_threadsafe(_offer, queue, message)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                with connect(self.config.dsn, application_name="tenure-ui-feed") as conn:
+                    repo = Repository(conn, self.config.schema)
+                    repo.listen()
+                    while not self.stop.is_set():
+                        self.run_once(repo)
+                        for _ in conn.notifies(timeout=self.config.feed_poll_seconds, stop_after=1):
+                            pass
+            except psycopg.Error as exc:
+                log.warning("ui: change feed connection failed, retrying: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                self.stop.wait(1.0)
+
+
+def _offer(queue: asyncio.Queue[str], message: str) -> None:
+    if queue.full():  # a slow client: drop its backlog, tell it to refetch
+        while not queue.empty():
+            queue.get_nowait()
+        message = json.dumps({"type": "resync"})
+    queue.put_nowait(message)
+
+
+class UiService:
+    """The shared state of one process: config, authenticator, pool, change feed."""
+
+    def __init__(self, config: UiConfig) -> None:
+        config.validate()
+        self.config = config
+        users = load_users(config.users_file) if config.users_file else None
+        self.auth = Authenticator(users=users, trusted_header=config.trusted_user_header, read_only=config.read_only)
+        timeout_ms = int(config.statement_timeout_seconds * 1000)
+        self.pool: ConnectionPool[Any] = ConnectionPool(
+            config.dsn, min_size=1, max_size=config.pool_size, open=False, name="tenure-ui",
+            kwargs={"autocommit": True, "application_name": "tenure-ui", "options": f"-c statement_timeout={timeout_ms}"},
+            connection_class=psycopg.Connection)
+        self.feed = ChangeFeed(config)
+
+    def open(self) -> None:
+        """Open the pool; the schema must be current."""
+        self.pool.open(wait=True, timeout=30)
+        with self.repo() as repo:
+            repo.check_schema()
+
+    def close(self) -> None:
+        self.feed.close()
+        self.pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def repo(self) -> Iterator[Repository]:
+        with self.pool.connection() as conn:
+            yield Repository(conn, self.config.schema)
