@@ -1,5 +1,5 @@
 -- Statement-CPU variant (python -m bench.statement_cpu bench/variants/ui_payloads_without_gin.sql):
--- as ui_payloads.sql, without 0007's GIN index on payload (its btree and BRIN indexes kept):
+-- as ui_payloads.sql, without 0008's GIN index on payload (its btree and BRIN indexes kept):
 -- what the payload filter's index alone costs.
 
 -- name: setup_drop_gin

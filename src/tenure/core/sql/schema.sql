@@ -63,7 +63,7 @@ CREATE INDEX jobs_failed_idx ON jobs (queue_name, failed_at) WHERE status = 'fai
 CREATE INDEX jobs_completed_idx ON jobs (queue_name, completed_at) WHERE status = 'completed';
 -- Enqueue-time deduplication (R13): one job per business operation key.
 CREATE UNIQUE INDEX jobs_idempotency_key_idx ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
--- The job browser's filters (0007): queue, task and finished status in id order, created_at ranges,
+-- The job browser's filters (0008): queue, task and finished status in id order, created_at ranges,
 -- payload containment.
 CREATE INDEX jobs_queue_id_idx ON jobs (queue_name, id);
 CREATE INDEX jobs_task_id_idx ON jobs (task, id);

@@ -1,7 +1,7 @@
--- Statement-CPU variant (python -m bench.statement_cpu bench/variants/ui_payloads_without_0007.sql):
--- as ui_payloads.sql, without the five job browser indexes of migration 0007: the "before".
+-- Statement-CPU variant (python -m bench.statement_cpu bench/variants/ui_payloads_without_0008.sql):
+-- as ui_payloads.sql, without the five job browser indexes of migration 0008: the "before".
 
--- name: setup_drop_0007
+-- name: setup_drop_0008
 -- drop the job browser's indexes (queue, task and finished status in id order, BRIN on created_at, GIN on payload)
 DROP INDEX {schema}.jobs_queue_id_idx, {schema}.jobs_task_id_idx, {schema}.jobs_finished_idx,
     {schema}.jobs_created_idx, {schema}.jobs_payload_idx;

@@ -1,4 +1,4 @@
--- 0007_ui_indexes: the job browser's filters (`tenure ui`, issue 24) at millions of jobs. A page
+-- 0008_ui_indexes: the job browser's filters (`tenure ui`, issue 24) at millions of jobs. A page
 -- is the newest matching jobs (ORDER BY id DESC LIMIT n); without these, a filter on a rare or
 -- long-gone queue or task, an empty time window or a payload value walks most of the primary
 -- key. Their cost on enqueue, claim and completion is measured in docs/performance.md ("The job
