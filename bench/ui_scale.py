@@ -12,7 +12,8 @@
    and does the same for ``GET /api/v1/jobs/count`` and ``GET /api/v1/jobs/{id}``;
 4. prints p50/p95/max per request and writes JSON (bench/results/ui_scale-<time>.json);
 5. with ``--explain``, runs a second ``tenure ui`` whose database sessions load auto_explain
-   (``PGOPTIONS``; needs a superuser, as the embedded server's is), sends each request once,
+   (``ALTER DATABASE … SET``, reset afterwards; needs a superuser, as the embedded server's is,
+   and the embedded server's log file), sends each request once,
    and prints the ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement it ran, flagging any
    sequential scan of ``jobs`` and any primary-key walk that removed most of what it read.
 
@@ -40,15 +41,18 @@ from typing import Any
 from bench import stats
 from bench.console import log
 from bench.ui_seed import DATABASE_DEFAULT, ensure_database, seed, ui_queries
+from tenure.core.queries import named_queries, quote_ident
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 HOME_DEFAULT = Path(os.environ.get("TENURE_BENCH_HOME", Path.home() / ".cache" / "tenure-bench")) / "ui-scale"
+FEED_QUERIES = ("job_newest_id", "job_events_since", "job_events_last_id")
+"""The change feed's statements (its own thread, not a request's), left out of the plans."""
 PAGE_TARGET_MS = 300.0
 DETAIL_TARGET_MS = 100.0
-EXPLAIN_OPTIONS = ("-c session_preload_libraries=auto_explain -c auto_explain.log_min_duration=0 "
-                   "-c auto_explain.log_analyze=on -c auto_explain.log_buffers=on -c auto_explain.log_timing=on "
-                   "-c auto_explain.log_triggers=off -c auto_explain.log_verbose=off")
+EXPLAIN_SETTINGS = (("session_preload_libraries", "'auto_explain'"), ("auto_explain.log_min_duration", "0"),
+                    ("auto_explain.log_analyze", "on"), ("auto_explain.log_buffers", "on"),
+                    ("auto_explain.log_timing", "on"))
 
 
 @dataclass(frozen=True)
@@ -221,30 +225,52 @@ def measure(ui: UiProcess, all_cases: list[Case], detail_ids: list[int], request
 
 def explain(dsn: str, schema: str, all_cases: list[Case], detail_ids: list[int],
             server_log: Path) -> list[dict[str, Any]]:
-    """Each case's request once, against a ``tenure ui`` whose sessions auto-explain every statement."""
-    ui = UiProcess(dsn, schema, {"PGOPTIONS": EXPLAIN_OPTIONS})
-    out = []
+    """Each case's request once, against a ``tenure ui`` whose sessions auto-explain every statement
+    (set on the database for the pass, reset after it); the change feed's own statements are left out."""
+    from tenure.core.db import connect
+    with connect(dsn) as conn:
+        for name, value in EXPLAIN_SETTINGS:
+            conn.execute(f"ALTER DATABASE {quote_ident(_db(conn))} SET {name} = {value}")
     try:
-        for case in all_cases:
-            path = case.path.replace("{each}", str(detail_ids[0]))
-            ui.get(path, case.params)  # plan once unseen: statements run by the warm-up are logged too
-            time.sleep(0.2)
-            offset = server_log.stat().st_size
-            ms, status, _ = ui.get(path, case.params)
-            time.sleep(0.3)  # let the server flush its log
-            with server_log.open("rb") as f:
-                f.seek(offset)
-                text = f.read().decode(errors="replace")
-            plans = parse_auto_explain(text)
-            out.append({"label": case.label, "params": case.params, "ms": ms, "status": status, "plans": plans,
-                        "seq_scan_jobs": any(p["seq_scan_jobs"] for p in plans),
-                        "pkey_walk_removed": max((p["pkey_removed"] for p in plans), default=0)})
+        ui = UiProcess(dsn, schema)
+        out = []
+        try:
+            probe = connect(dsn)
+            named = named_queries(schema)
+            feed_sql = [named[n].strip()[:60] for n in FEED_QUERIES if n in named]
+            for case in all_cases:
+                row = probe.execute(ui_queries(schema)["feed_backends"]).fetchone()
+                feed = {int(str(p)) for p in str(row["pids"] or "").strip("{}").split(",") if p} if row else set()
+                path = case.path.replace("{each}", str(detail_ids[0]))
+                ui.get(path, case.params)  # warm-up, unlogged below
+                time.sleep(0.2)
+                offset = server_log.stat().st_size
+                ms, status, _ = ui.get(path, case.params)
+                time.sleep(0.3)  # let the server write its log
+                with server_log.open("rb") as f:
+                    f.seek(offset)
+                    text = f.read().decode(errors="replace")
+                plans = [p for p in parse_auto_explain(text)
+                         if p["pid"] not in feed and not any(p["query"].startswith(f) for f in feed_sql)]
+                out.append({"label": case.label, "params": case.params, "ms": ms, "status": status, "plans": plans,
+                            "seq_scan_jobs": any(p["seq_scan_jobs"] for p in plans),
+                            "pkey_walk_removed": max((p["pkey_removed"] for p in plans), default=0)})
+        finally:
+            probe.close()
+            ui.stop()
     finally:
-        ui.stop()
+        with connect(dsn) as conn:
+            for name, _ in EXPLAIN_SETTINGS:
+                conn.execute(f"ALTER DATABASE {quote_ident(_db(conn))} RESET {name}")
     return out
 
 
-_ENTRY = re.compile(r"^\S.*?LOG:\s+duration: ([\d.]+) ms\s+plan:\s*$", re.M)
+def _db(conn: Any) -> str:
+    row = conn.execute("SELECT current_database() AS d").fetchone()
+    return str(row["d"])
+
+
+_ENTRY = re.compile(r"^\S.*?\[(\d+)\] LOG:\s+duration: ([\d.]+) ms\s+plan:\s*$", re.M)
 
 
 def parse_auto_explain(text: str) -> list[dict[str, Any]]:
@@ -265,7 +291,7 @@ def parse_auto_explain(text: str) -> list[dict[str, Any]]:
                           r"Values|Insert|Update|Delete|LockRows)\b)", body, re.S)
         removed = [int(x) for x in re.findall(r"Rows Removed by Filter: (\d+)", body)]
         pkey = "jobs_pkey" in body and "Backward" in body
-        plans.append({"duration_ms": float(m.group(1)), "query": (query.group(1).strip() if query else "")[:4000],
+        plans.append({"pid": int(m.group(1)), "duration_ms": float(m.group(2)), "query": (query.group(1).strip() if query else "")[:4000],
                       "plan": body, "seq_scan_jobs": bool(re.search(r"Seq Scan on jobs\b", body)),
                       "pkey_removed": max(removed, default=0) if pkey else 0})
     return plans

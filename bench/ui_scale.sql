@@ -137,3 +137,22 @@ UNION ALL
 -- name: pick_idempotency_key
 -- One present idempotency key (an old job's, far from the first page).
 SELECT idempotency_key FROM {schema}.jobs WHERE idempotency_key IS NOT NULL AND id > %(total)s / 7 ORDER BY id LIMIT 1;
+
+-- name: cost_fill
+-- A backlog of `n` ready jobs with the seed's payload shape, for bench/ui_index_cost.py.
+INSERT INTO {schema}.jobs (queue_name, task, payload)
+SELECT 'default', 'invoice.render', jsonb_build_object('invoice_id', g, 'customer', 'cust-' || (g %% 1000))
+FROM generate_series(1, %(n)s) AS g;
+
+-- name: cost_vacuum
+-- Fresh statistics and visibility after the fill (and after dropping indexes).
+VACUUM (ANALYZE) {schema}.jobs;
+
+-- name: cost_backend
+-- The measured connection's backend process.
+SELECT pg_backend_pid() AS pid;
+
+-- name: feed_backends
+-- The backends of tenure ui's change feed (their statements are no request's).
+SELECT array_agg(pid)::text AS pids FROM pg_stat_activity
+WHERE application_name = 'tenure-ui-feed' AND datname = current_database();
