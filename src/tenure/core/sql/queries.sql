@@ -1161,11 +1161,11 @@ SELECT count(*)::int AS moved FROM moved WHERE (SELECT count(*) FROM notified) >
     -- plan time, so `status = $1::text::job_status` matches no partial index (a page of running
     -- jobs walked the whole primary key); the literals fold away but the one asked for.
     AND (%(status)s::text IS NULL
-         OR (%(status)s::text = 'pending' AND j.status = 'pending')
-         OR (%(status)s::text = 'running' AND j.status = 'running')
-         OR (%(status)s::text = 'completed' AND j.status = 'completed')
-         OR (%(status)s::text = 'failed' AND j.status = 'failed')
-         OR (%(status)s::text = 'cancelled' AND j.status = 'cancelled'))
+         OR (%(status)s::text = 'pending' AND j.status = 'pending'::{schema}.job_status)
+         OR (%(status)s::text = 'running' AND j.status = 'running'::{schema}.job_status)
+         OR (%(status)s::text = 'completed' AND j.status = 'completed'::{schema}.job_status)
+         OR (%(status)s::text = 'failed' AND j.status = 'failed'::{schema}.job_status)
+         OR (%(status)s::text = 'cancelled' AND j.status = 'cancelled'::{schema}.job_status))
     AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
     AND (%(priority_min)s::int IS NULL OR j.priority >= %(priority_min)s::int)
     AND (%(priority_max)s::int IS NULL OR j.priority <= %(priority_max)s::int)
