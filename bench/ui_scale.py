@@ -5,7 +5,8 @@
 1. seeds (or reuses) a database of ``--jobs`` mostly finished jobs (bench/ui_seed.py; the
    embedded server's data directory is kept under ~/.cache/tenure-bench/ui-scale, so the seed
    is made once; ``--reseed`` redoes it);
-2. starts a real ``tenure ui --bind 127.0.0.1:0`` process of this checkout against it;
+2. starts a real ``tenure ui --bind 127.0.0.1:0`` process of the tenure it imports (this
+   checkout's ``src`` first on ``PYTHONPATH``; an older checkout's for a "before") against it;
 3. for every single filter of ``GET /api/v1/jobs`` (queue, each status, task, priority range,
    created/finished since, idempotency key, id, payload containment present and absent) sends
    one warm-up request and then ``--requests`` timed ones over one keep-alive HTTP connection,
@@ -38,12 +39,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import tenure
 from bench import stats
 from bench.console import log
 from bench.ui_seed import DATABASE_DEFAULT, ensure_database, seed, ui_queries
 from tenure.core.queries import named_queries, quote_ident
 
 ROOT = Path(__file__).resolve().parent.parent
+TENURE_SRC = Path(tenure.__file__).resolve().parent.parent
+"""The tenure this bench imported (``PYTHONPATH=OLD/src`` benches an older checkout): its
+migrations make the schema and its ``tenure ui`` serves the requests."""
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 HOME_DEFAULT = Path(os.environ.get("TENURE_BENCH_HOME", Path.home() / ".cache" / "tenure-bench")) / "ui-scale"
 FEED_QUERIES = ("job_newest_id", "job_events_since", "job_events_last_id")
@@ -115,7 +120,7 @@ class UiProcess:
 
     def __init__(self, dsn: str, schema: str, extra_env: dict[str, str] | None = None) -> None:
         env = {**os.environ, **(extra_env or {}),
-               "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+               "PYTHONPATH": os.pathsep.join([str(TENURE_SRC), str(ROOT), os.environ.get("PYTHONPATH", "")])}
         cmd = [sys.executable, "-m", "tenure.cli", "--database-url", dsn, "--schema", schema,
                "ui", "--bind", "127.0.0.1:0"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
