@@ -271,8 +271,8 @@ def explain(dsn: str, schema: str, all_cases: list[Case], detail_ids: list[int],
 
 
 def _db(conn: Any) -> str:
-    row = conn.execute("SELECT current_database() AS d").fetchone()
-    return str(row["d"])
+    row = conn.execute(ui_queries("public")["database_current"]).fetchone()
+    return str(row["name"])
 
 
 _ENTRY = re.compile(r"^\S.*?\[(\d+)\] LOG:\s+duration: ([\d.]+) ms\s+plan:\s*$", re.M)
@@ -339,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         key_row = conn.execute(q["pick_idempotency_key"], {"total": args.jobs}).fetchone()
         sizes = {str(r["name"]): int(str(r["bytes"])) for r in
                  conn.execute(q["seed_sizes"], {"schema_name": args.schema}).fetchall()}
-        version = str(conn.execute("SHOW server_version").fetchone()["server_version"])  # type: ignore[index]
+        current = conn.execute(q["database_current"]).fetchone()
+        version = str(current["server_version"]) if current else "?"
     all_cases = cases(made.anchor, args.jobs, str(key_row["idempotency_key"]) if key_row else "none",
                       detail_ids, args.limit)
     if args.only:

@@ -156,3 +156,19 @@ SELECT pg_backend_pid() AS pid;
 -- The backends of tenure ui's change feed (their statements are no request's).
 SELECT array_agg(pid)::text AS pids FROM pg_stat_activity
 WHERE application_name = 'tenure-ui-feed' AND datname = current_database();
+
+-- name: database_exists
+-- Whether a database of this name exists on the server.
+SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %(name)s) AS present;
+
+-- name: database_current
+-- This connection's database and the server's version.
+SELECT current_database() AS name, current_setting('server_version') AS server_version;
+
+-- name: secondary_indexes
+-- The indexes of a table that back no constraint (dropped during the seed's load, rebuilt after it).
+SELECT i.indexname, i.indexdef FROM pg_indexes i
+JOIN pg_namespace n ON n.nspname = i.schemaname
+JOIN pg_class c ON c.relname = i.indexname AND c.relnamespace = n.oid
+WHERE i.schemaname = %(schema_name)s AND i.tablename = %(table)s
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = c.oid);

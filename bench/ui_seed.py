@@ -56,7 +56,8 @@ class Seed:
 def ensure_database(admin_dsn: str, name: str) -> str:
     """``name`` on the server of ``admin_dsn`` (created if missing); its DSN."""
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+        row = conn.execute(ui_queries("public")["database_exists"], {"name": name}).fetchone()
+        if not row or not row[0]:
             conn.execute(f"CREATE DATABASE {quote_ident(name)}")
     info = psycopg.conninfo.conninfo_to_dict(admin_dsn)
     info["dbname"] = name
@@ -64,13 +65,7 @@ def ensure_database(admin_dsn: str, name: str) -> str:
 
 
 def _secondary_indexes(conn: psycopg.Connection[Any], schema: str, table: str) -> list[tuple[str, str]]:
-    rows = conn.execute(
-        "SELECT i.indexname, i.indexdef FROM pg_indexes i "
-        "JOIN pg_class c ON c.relname = i.indexname JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "AND n.nspname = i.schemaname "
-        "WHERE i.schemaname = %s AND i.tablename = %s "
-        "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = c.oid)",
-        (schema, table)).fetchall()
+    rows = conn.execute(ui_queries(schema)["secondary_indexes"], {"schema_name": schema, "table": table}).fetchall()
     return [(str(r["indexname"]), str(r["indexdef"])) for r in rows]
 
 
