@@ -352,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure(ui, all_cases, detail_ids, args.requests)
     finally:
         ui.stop()
+    if args.explain and server_log is None:
+        log("--explain needs the embedded server's log: skipped with --database-url")
     plans = explain(dsn, args.schema, all_cases, detail_ids, server_log) if args.explain and server_log else []
 
     head = (f"tenure ui over {sum(made.counts.values()):,} jobs {made.counts} (PostgreSQL {version}; seed taken "
