@@ -80,6 +80,9 @@ def seed(dsn: str, schema: str, total: int, *, batch: int = BATCH_DEFAULT, reuse
         if reuse and meta and meta["done"] and int(str(meta["total"])) == total:
             log(f"reusing the seed of {total:,} jobs taken at {meta['anchor']} in schema {schema}")
             return Seed(_when(meta["anchor"]), total, False, 0.0, _counts(conn, q))
+        if reuse and meta and meta["done"]:
+            raise SystemExit(f"schema {schema} holds a seed of {int(str(meta['total'])):,} jobs, not {total:,}: "
+                             "pass --reseed to replace it, or another --schema")
         conn.execute(f"DROP SCHEMA IF EXISTS {quote_ident(schema)} CASCADE")
         Repository(conn, schema).migrate()
         conn.execute(q["seed_meta_create"])
