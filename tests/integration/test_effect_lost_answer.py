@@ -11,19 +11,16 @@ in doubt. The "provider" is a real table on its own connection, so the lost answ
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import psycopg
 import pytest
-from prometheus_client import CollectorRegistry
 
+from support.workers import run_burst_worker
 from tenure import App, JobContext
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import connect
 from tenure.core.repository import Repository
-from tenure.worker.heartbeat import HeartbeatConfig
-from tenure.worker.runtime import Worker, WorkerConfig
 
 pytestmark = pytest.mark.integration
 
@@ -60,15 +57,6 @@ class TableProvider:
         return int(row["n"])
 
 
-def _run(app: App, dsn: str, schema: str) -> None:
-    config = WorkerConfig(concurrency=2, poll_interval=0.05, burst=True, heartbeat=HeartbeatConfig(lease=5, interval=1))
-    worker = Worker(app, config, dsn=dsn, schema=schema, registry=CollectorRegistry())
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    thread.join(timeout=60)
-    assert not thread.is_alive(), "burst worker did not finish"
-
-
 def _app(provider: TableProvider, *, reconcile: bool, failure: str = "lost_answer") -> App:
     app = App(retry=RetryPolicy(base_delay=0.0, max_delay=0.0, max_attempts=5))
 
@@ -90,7 +78,7 @@ def test_lost_answer_is_reconciled_not_rerun(dsn: str, schema: str, repo: Reposi
     provider = TableProvider(dsn, schema)
     key = "invoice:7:email:v1"
     job = repo.enqueue("send", {"key": key})
-    _run(_app(provider, reconcile=True), dsn, schema)
+    run_burst_worker(_app(provider, reconcile=True), dsn, schema)
     assert repo.get_job(job.id)["status"] == "completed"  # type: ignore[index]
     assert provider.calls(key) == 1, "the body ran again after its provider call was applied"
     assert provider.reconciled == [key]
@@ -103,7 +91,7 @@ def test_lost_answer_without_reconcile_is_dead_lettered_in_doubt(dsn: str, schem
     provider = TableProvider(dsn, schema)
     key = "invoice:8:email:v1"
     job = repo.enqueue("send", {"key": key})
-    _run(_app(provider, reconcile=False), dsn, schema)
+    run_burst_worker(_app(provider, reconcile=False), dsn, schema)
     row = repo.get_job(job.id)
     assert row is not None and row["status"] == "failed" and row["last_error_code"] == "effect_in_doubt"
     assert provider.calls(key) == 1
@@ -114,7 +102,7 @@ def test_failure_before_send_is_still_retried_at_once(dsn: str, schema: str, rep
     provider = TableProvider(dsn, schema)
     key = "invoice:9:email:v1"
     job = repo.enqueue("send", {"key": key})
-    _run(_app(provider, reconcile=False, failure="before_send"), dsn, schema)
+    run_burst_worker(_app(provider, reconcile=False, failure="before_send"), dsn, schema)
     assert repo.get_job(job.id)["status"] == "completed"  # type: ignore[index]
     assert provider.calls(key) == 1 and provider.reconciled == []
 

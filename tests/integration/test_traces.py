@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,16 +17,14 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from prometheus_client import CollectorRegistry
 
+from support.workers import run_burst_worker
 from tenure import App, JobContext
 from tenure.core import tracing
 from tenure.core.backoff import RetryPolicy
 from tenure.core.repository import JobSpec, Repository
 from tenure.observability.logs import JsonFormatter
 from tenure.reaper.reaper import Reaper, ReaperConfig
-from tenure.worker.heartbeat import HeartbeatConfig
-from tenure.worker.runtime import Worker, WorkerConfig
 
 pytestmark = pytest.mark.integration
 
@@ -55,15 +52,6 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 def _named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name == name]
-
-
-def _run(app: App, dsn: str, schema: str) -> None:
-    config = WorkerConfig(concurrency=2, poll_interval=0.05, burst=True, heartbeat=HeartbeatConfig(lease=5, interval=1))
-    worker = Worker(app, config, dsn=dsn, schema=schema, registry=CollectorRegistry())
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    thread.join(timeout=60)
-    assert not thread.is_alive(), "burst worker did not finish"
 
 
 def test_enqueue_is_a_producer_span_whose_context_travels_with_the_job(
@@ -118,7 +106,7 @@ def test_a_failing_then_succeeding_job_reads_as_one_trace(
 
     try:
         job = repo.enqueue("invoice", {"n": 1})
-        _run(app, dsn, schema)
+        run_burst_worker(app, dsn, schema)
     finally:
         handler_log.removeHandler(capture)
     assert repo.get_job(job.id)["status"] == "completed"  # type: ignore[index]
@@ -159,7 +147,7 @@ def test_an_effect_that_already_succeeded_says_so(
 
     repo.enqueue("twice")
     repo.enqueue("twice")
-    _run(app, dsn, schema)
+    run_burst_worker(app, dsn, schema)
     outcomes = sorted(str((s.attributes or {})["tenure.effect.outcome"]) for s in _named(spans, "tenure.effect"))
     # Run at once, the second may first find the key held by the first: deferred, then done.
     assert outcomes.count("ran") == 1 and outcomes.count("already_succeeded") == 1

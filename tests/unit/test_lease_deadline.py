@@ -69,7 +69,7 @@ class _Repo:
     def __init__(self) -> None:
         self.sent: list[list[tuple[int, uuid.UUID]]] = []
 
-    def heartbeat(self, worker_id: str, held: list[tuple[int, uuid.UUID]], *args: Any) -> list[HeartbeatOutcome]:
+    def heartbeat(self, worker_id: str, held: list[tuple[int, uuid.UUID]], *args: Any, **kwargs: Any) -> list[HeartbeatOutcome]:
         self.sent.append(list(held))
         return [HeartbeatOutcome(jid, "renewed", None, 60.0) for jid, _ in held]
 

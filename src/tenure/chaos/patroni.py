@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenure.core.embedded import _make_traversable, _run_as, bin_dir, make_tree_readable
+from tenure.core.embedded import bin_dir, make_traversable, make_tree_readable, run_as_user
 
 PATRONI_HOME_DEFAULT = Path.home() / ".cache" / "tenure-patroni"
 PG_PORT = 5432
@@ -299,11 +299,11 @@ class PatroniCluster:
         try:
             self._layout()
             assert self.base is not None
-            user = _run_as()
+            user = run_as_user()
             self.base.mkdir(parents=True, exist_ok=True)
             self.base.chmod(0o755)
             if user is not None:
-                _make_traversable(self.base)
+                make_traversable(self.base)
                 _make_patroni_readable(patroni.parent.parent)
             for m in self.members:
                 for sub in ("", "raft", "sock"):

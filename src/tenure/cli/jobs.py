@@ -74,6 +74,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         if key == "payload":
             value = json.dumps(value)
         print(f"{key:20} {value}")
+    print("\nattempts:")
+    for a in document["attempts"]:
+        print(f"  #{a['attempt'] or '-'}  fence={a['fence'] if a['fence'] is not None else '-'}  token={a['lock_token'][:8]}  "
+              f"worker={a['worker'] or '-'}  {a['outcome']}  {a['error_code'] or ''}".rstrip())
+    for w in document["stale_writes"]:
+        print(f"  refused late {w['tried'] or 'write'} of attempt {w['attempt'] or '-'} ({w['event']})")
     print("\nevents:")
     for e in events:
         token = str(e["lock_token"])[:8] if e["lock_token"] else "-"

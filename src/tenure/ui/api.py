@@ -242,7 +242,8 @@ def next_slot(cron: str, zone: str, last: datetime) -> datetime | None:
 
 
 def workers(call: Call) -> dict[str, Any]:
-    """Live and recently stopped workers, with heartbeat age and the jobs each holds."""
+    """Live and recently stopped workers, with heartbeat age, abandoned handler threads (as of
+    their last heartbeat) and the jobs each holds."""
     with call.service.repo() as repo:
         rows = repo.worker_list()
         running = repo.running_jobs(limit=10_000)

@@ -42,6 +42,8 @@ class ChangeFeed:
         self.lock = threading.Lock()
         self.newest_job_id = 0
         self.last_event_id = 0
+        self.started = False
+        """Whether the feed has read where it starts (the first pass publishes nothing)."""
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="tenure-ui-feed", daemon=True)
 
@@ -65,11 +67,12 @@ class ChangeFeed:
     def run_once(self, repo: Repository) -> dict[str, Any] | None:
         """One look for changes since the last; the change published, or None."""
         newest = repo.job_newest_id()
-        events = repo.job_events_since(self.last_event_id) if self.last_event_id else []
-        if not self.last_event_id:
+        if not self.started:
             self.last_event_id = repo.job_events_last_id()
             self.newest_job_id = newest
+            self.started = True
             return None
+        events = repo.job_events_since(self.last_event_id)
         if newest == self.newest_job_id and not events:
             return None
         change = {"type": "change", "new_jobs": [self.newest_job_id + 1, newest] if newest > self.newest_job_id else None,

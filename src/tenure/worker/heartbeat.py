@@ -108,7 +108,7 @@ class Heartbeater:
                 outcomes = self._repo().heartbeat(
                     self.worker_id, [(jid, ctx.lock_token) for jid, ctx in snapshot.items()],
                     self.config.lease, self.config.max_lease_total, list(effects),
-                    self.config.max_effect_hold)
+                    self.config.max_effect_hold, abandoned=self.slots.abandoned)
             except Exception:
                 self._conn.reset()
                 raise

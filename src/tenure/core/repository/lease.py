@@ -134,16 +134,16 @@ class LeaseQueries(RepositoryBase):
 
     def heartbeat(self, worker_id: str, held: Sequence[tuple[int, uuid.UUID]], lease: float,
                   max_lease_total: float, effect_tokens: Sequence[uuid.UUID] = (),
-                  max_effect_hold: float | None = None) -> list[HeartbeatOutcome]:
+                  max_effect_hold: float | None = None, abandoned: int = 0) -> list[HeartbeatOutcome]:
         """Renew every held lease (and the keys of effects still in flight) in one statement,
-        and touch the worker's registry row."""
+        and touch the worker's registry row with its count of ``abandoned`` handler threads."""
         if not held and not effect_tokens:
-            self._rows("worker_touch", {"id": worker_id})
+            self._rows("worker_touch", {"id": worker_id, "abandoned": abandoned})
             return []
         rows = self._rows("job_heartbeat", {
             "ids": [h[0] for h in held], "tokens": [h[1] for h in held], "lease": float(lease),
             "max_lease_total": float(max_lease_total), "worker_id": worker_id,
-            "effect_tokens": list(effect_tokens),
+            "effect_tokens": list(effect_tokens), "abandoned": abandoned,
             "max_effect_hold": float(max_effect_hold if max_effect_hold is not None else max_lease_total)})
         return [HeartbeatOutcome(r["id"], r["outcome"], r["lease_expires_at"], r["remaining_seconds"])
                 for r in rows]

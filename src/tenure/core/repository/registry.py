@@ -18,8 +18,8 @@ class RegistryQueries(RepositoryBase):
                                        "concurrency": concurrency, "heartbeat_seconds": heartbeat_seconds,
                                        "version": version, "lease_seconds": lease_seconds})
 
-    def worker_touch(self, worker_id: str) -> None:
-        self._rows("worker_touch", {"id": worker_id})
+    def worker_touch(self, worker_id: str, abandoned: int = 0) -> None:
+        self._rows("worker_touch", {"id": worker_id, "abandoned": abandoned})
 
     def worker_stop(self, worker_id: str) -> None:
         self._rows("worker_stop", {"id": worker_id})

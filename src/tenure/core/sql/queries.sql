@@ -143,7 +143,7 @@ WITH held AS (
     WHERE e.status = 'processing' AND e.lock_token = ANY(%(effect_tokens)s::uuid[])
       AND e.claimed_at + make_interval(secs => %(max_effect_hold)s) > now()
 ), seen AS (
-    UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(worker_id)s
+    UPDATE {schema}.workers SET last_seen_at = now(), abandoned_threads = %(abandoned)s::int WHERE id = %(worker_id)s
 )
 SELECT h.id,
        CASE WHEN r.id IS NOT NULL THEN 'renewed'
@@ -331,7 +331,7 @@ WITH input AS (
       -- Re-checked at write time too (a second safeguard besides the row lock): see docs/model.
       AND j.lease_expires_at < now() - make_interval(secs => i.wait_seconds)
     RETURNING j.id, j.queue_name, j.attempt_count, i.token, i.dead, i.owner_status, i.delay,
-              i.lease_expires_at, j.fence, j.started_at, j.trace_context
+              i.lease_expires_at, j.fence, j.started_at, j.trace_context, j.last_heartbeat_at
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
     SELECT u.id, u.queue_name,
@@ -339,7 +339,8 @@ WITH input AS (
            u.token, %(reaper_id)s, u.attempt_count, 'lease_expired',
            jsonb_build_object('owner_status', u.owner_status, 'delay_seconds', u.delay,
                               'lease_expires_at', u.lease_expires_at, 'grace_seconds', %(grace)s::float8,
-                              'owner', o.locked_by, 'fence', u.fence, 'started_at', u.started_at)
+                              'owner', o.locked_by, 'fence', u.fence, 'started_at', u.started_at,
+                              'last_heartbeat_at', u.last_heartbeat_at)
     FROM updated u LEFT JOIN owners o ON o.id = u.id
 ), notified AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated WHERE NOT dead) d
@@ -494,8 +495,8 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(heartbeat_seco
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopped_at = NULL;
 
 -- name: worker_touch
--- Mark a worker as seen now (when it holds no jobs, the heartbeat statement is skipped).
-UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(id)s;
+-- Mark a worker as seen now, with its abandoned handler threads (when it holds no jobs, the heartbeat statement is skipped).
+UPDATE {schema}.workers SET last_seen_at = now(), abandoned_threads = %(abandoned)s::int WHERE id = %(id)s;
 
 -- name: worker_stop
 -- Mark a worker as cleanly stopped.
@@ -504,7 +505,7 @@ UPDATE {schema}.workers SET stopped_at = now(), last_seen_at = now() WHERE id = 
 -- name: worker_list
 -- The registry with each worker's liveness judged by the DB clock.
 SELECT id, host, pid, queues, concurrency, heartbeat_seconds, lease_seconds, version, started_at, last_seen_at,
-       stopped_at,
+       stopped_at, abandoned_threads,
        extract(epoch FROM now() - last_seen_at)::float8 AS silent_seconds,
        (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_seconds)) AS alive
 FROM {schema}.workers

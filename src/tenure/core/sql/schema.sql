@@ -103,7 +103,8 @@ CREATE TABLE workers (
     started_at          timestamptz NOT NULL DEFAULT now(),
     last_seen_at        timestamptz NOT NULL DEFAULT now(),
     stopped_at          timestamptz,
-    lease_seconds       double precision
+    lease_seconds       double precision,
+    abandoned_threads   integer     NOT NULL DEFAULT 0
 );
 CREATE INDEX workers_last_seen_idx ON workers (last_seen_at) WHERE stopped_at IS NULL;
 

@@ -1,8 +1,9 @@
 // tenure ui: fills the page shell from the JSON API under {prefix}/api/v1/ (docs/ui.md).
 // No build step and no dependencies. Untrusted text is only ever set as textContent.
 // Hooks for tests and scripts: rows carry data-job-id, attempt rows data-attempt and data-fence,
-// controls data-action (cancel, retry, replay, pause, resume, retry-matching, cancel-matching,
-// replay-matching).
+// controls data-action (per job: cancel, retry, replay; per queue: pause, resume, limit; on the
+// selected rows: retry-selected, cancel-selected, replay-selected; on every job matching the
+// filter: retry-matching, cancel-matching, replay-matching). Confirmations: dialog [data-confirm=yes].
 
 const body = document.body.dataset;
 const PREFIX = body.prefix || "";
@@ -24,7 +25,7 @@ function el(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -169,7 +170,7 @@ async function overview() {
     }
     const rows = data.queues.map((q) => {
       const c = q.counts;
-      const controls = CAN_WRITE ? el("td", { class: "controls" },
+      const controls = CAN_WRITE ? el("td", {}, el("div", { class: "controls" },
         q.paused
           ? actionButton("resume", "Resume", () => queueAction(q.name, "resume"), { "data-queue": q.name })
           : actionButton("pause", "Pause", () => queueAction(q.name, "pause"), { "data-queue": q.name }),
@@ -178,14 +179,14 @@ async function overview() {
         actionButton("limit", "Set limit", (e) => {
           const input = e.target.parentElement.querySelector("input");
           queueAction(q.name, "limit", { max_running: Number(input.value) });
-        }, { "data-queue": q.name })) : null;
+        }, { "data-queue": q.name }))) : null;
       return el("tr", { "data-queue": q.name },
         el("td", {}, link(`/jobs?queue=${encodeURIComponent(q.name)}`, q.name)),
         el("td", { "data-paused": q.paused }, q.paused ? "paused" : "running"),
         el("td", {}, q.max_running ?? "–"),
         el("td", {}, c.ready), el("td", {}, c.scheduled), el("td", {}, c.running), el("td", {}, c.completed),
         el("td", {}, link(`/dlq?queue=${encodeURIComponent(q.name)}`, c.failed)), el("td", {}, c.cancelled),
-        el("td", {}, ago(q.oldest_ready_age_seconds)),
+        el("td", {}, c.ready ? ago(q.oldest_ready_age_seconds) : "–"),
         el("td", {}, q.last_hour.completed), el("td", {}, `${(q.last_hour.failure_rate * 100).toFixed(1)} %`),
         controls);
     });
@@ -269,7 +270,7 @@ async function jobs() {
         el("td", {}, `${j.attempt_count}/${j.max_attempts}`), el("td", {}, when(j.created_at)),
         el("td", {}, when(j.finished_at)), el("td", {}, j.last_error_code || ""),
         el("td", {}, el("code", { class: "payload" }, JSON.stringify(j.payload).slice(0, 80))),
-        CAN_WRITE ? el("td", { class: "controls" }, actions) : null);
+        CAN_WRITE ? el("td", {}, el("div", { class: "controls" }, actions)) : null);
     });
     seen = new Set(page.jobs.map((j) => j.id));
     holder.replaceChildren(rows.length
@@ -326,12 +327,12 @@ async function jobs() {
     if (PAGE === "dlq") {
       toolbar.append(
         el("label", {}, "rate (jobs/s) ", el("input", { type: "number", min: 1, max: 1000, value: 50, class: "narrow", "data-replay-rate": true })),
-        actionButton("replay", "Replay selected", () => { const ids = selected(); if (ids.length) replay({ ids }); else notice("select rows first"); }, { "data-scope": "selected" }),
+        actionButton("replay-selected", "Replay selected", () => { const ids = selected(); if (ids.length) replay({ ids }); else notice("select rows first"); }),
         actionButton("replay-matching", "Replay all matching…", () => replay(matching())));
     } else {
       toolbar.append(
-        actionButton("retry", "Retry selected", () => { const ids = selected(); if (ids.length) bulk("retry", { ids }); else notice("select rows first"); }, { "data-scope": "selected" }),
-        actionButton("cancel", "Cancel selected", () => { const ids = selected(); if (ids.length) bulk("cancel", { ids }); else notice("select rows first"); }, { "data-scope": "selected" }),
+        actionButton("retry-selected", "Retry selected", () => { const ids = selected(); if (ids.length) bulk("retry", { ids }); else notice("select rows first"); }),
+        actionButton("cancel-selected", "Cancel selected", () => { const ids = selected(); if (ids.length) bulk("cancel", { ids }); else notice("select rows first"); }),
         actionButton("retry-matching", "Retry all matching…", () => bulk("retry", matching())),
         actionButton("cancel-matching", "Cancel all matching…", () => bulk("cancel", matching())));
     }
@@ -397,7 +398,7 @@ async function jobDetail() {
       el("td", {}, when(r.at)), el("td", {}, r.action), el("td", {}, r.attempt), el("td", {}, r.fence ?? "–"),
       el("td", {}, r.owner || "–"), el("td", {}, r.owner_status || "–"), el("td", {}, when(r.lease_expires_at)),
       el("td", {}, r.grace_seconds ?? "–"), el("td", {}, r.reaper || "–")));
-    const stale = doc.stale_writes.map((s) => el("tr", { "data-stale-write": s.event, "data-attempt": s.attempt },
+    const stale = doc.stale_writes.map((s) => el("tr", { "data-stale-write": s.event, "data-stale-attempt": s.attempt },
       el("td", {}, when(s.at)), el("td", {}, s.event), el("td", {}, s.tried || "–"), el("td", {}, s.attempt),
       el("td", { title: s.lock_token }, short(s.lock_token)), el("td", {}, s.worker || "–"), el("td", {}, s.reason || "")));
     const effects = doc.effects.map((x) => el("tr", { "data-effect": x.idempotency_key },
@@ -406,7 +407,7 @@ async function jobDetail() {
     const events = doc.events.map((e) => el("tr", { "data-event": e.event },
       el("td", {}, when(e.created_at)), el("td", {}, e.event), el("td", {}, e.attempt ?? "–"),
       el("td", { title: e.lock_token || "" }, short(e.lock_token)), el("td", {}, e.worker_id || "–"), el("td", {}, e.reason || ""),
-      el("td", {}, e.detail ? el("code", {}, JSON.stringify(e.detail)) : "")));
+      el("td", { class: "wrap" }, e.detail ? el("code", {}, JSON.stringify(e.detail)) : "")));
     holder.replaceChildren(
       el("div", { class: "toolbar" }, actions, link(`/jobs?queue=${encodeURIComponent(j.queue_name)}`, `more in ${j.queue_name}`)),
       el("dl", { class: "facts", "data-job-id": j.id }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
@@ -446,10 +447,10 @@ async function workersPage() {
       el("td", {}, w.id), el("td", {}, `${w.host} pid ${w.pid}`), el("td", {}, (w.queues || []).join(", ")),
       el("td", {}, w.concurrency), el("td", {}, w.stopped_at ? "stopped" : w.alive ? "alive" : "silent"),
       el("td", {}, ago(w.silent_seconds)), el("td", {}, `${w.heartbeat_seconds} s`), el("td", {}, w.version),
-      el("td", {}, when(w.started_at)),
+      el("td", {}, when(w.started_at)), el("td", { "data-abandoned": w.abandoned_threads }, w.abandoned_threads ?? 0),
       el("td", {}, w.held_jobs.length ? w.held_jobs.map((j) => link(`/jobs/${j.id}`, `#${j.id}`, { class: "held" })) : "–")));
     holder.replaceChildren(rows.length
-      ? table(["worker", "host", "queues", "slots", "state", "heartbeat age", "heartbeat", "version", "started", "held jobs"], rows, { "data-table": "workers" })
+      ? table(["worker", "host", "queues", "slots", "state", "heartbeat age", "heartbeat", "version", "started", "abandoned threads", "held jobs"], rows, { "data-table": "workers" })
       : el("p", { class: "muted" }, "No worker registered in the last day."));
   };
   await render();

@@ -1,0 +1,259 @@
+"""`tenure ui` in a real Chromium (Debian's `chromium`, driven by Playwright through
+``executable_path``): a job recovered from a SIGSTOPped worker, retry-all-matching, read-only,
+both prefix modes without a failed request or a console error, and live updates (issue 24).
+
+Screenshots of every page go to ``$TENURE_UI_SCREENSHOTS`` (``docs/ui`` to refresh the ones the
+README shows), else to the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from subprocess import Popen
+from typing import Any
+
+import pytest
+
+from support.processes import run_cli, wait_for
+from tenure.core.repository import Repository
+from ui_server import StrippingProxy, ui_process
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+LEASE, HEARTBEAT, GRACE = 1.0, 0.3, 0.5
+WORKER = ["worker", "--app", "acceptance_tasks:app", "--lease", str(LEASE), "--heartbeat", str(HEARTBEAT),
+          "--grace", str(GRACE), "--poll-interval", "0.1", "--concurrency", "2"]
+REAPER = ["reaper", "--interval", "0.2", "--grace", str(GRACE), "--heartbeat", str(HEARTBEAT),
+          "--backoff-base", "0", "--backoff-max", "0"]
+PAGES = {"overview": "/", "jobs": "/jobs", "dlq": "/dlq", "periodic": "/periodic", "workers": "/workers"}
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("Debian's chromium is not installed: run `make tools` (scripts/tools/chromium.sh)")
+        pytest.skip("Debian's chromium is not installed: run `make tools`")
+    return found
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+class Watched:
+    """A page that records console errors and failed requests."""
+
+    def __init__(self, browser: Any, **context: Any) -> None:
+        self.context = browser.new_context(viewport={"width": 1440, "height": 900}, **context)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.failed: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        # A request cut short by navigating away (ERR_ABORTED) or the event stream closing is not a failure.
+        self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url} {r.failure}")
+                     if "/api/v1/events" not in r.url and "ERR_ABORTED" not in str(r.failure) else None)
+        self.page.on("response", lambda r: self.failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def watched(browser: Any) -> Iterator[Callable[..., Watched]]:
+    pages: list[Watched] = []
+
+    def make(**context: Any) -> Watched:
+        pages.append(Watched(browser, **context))
+        return pages[-1]
+
+    yield make
+    for w in pages:
+        w.close()
+
+
+def shots_dir(tmp_path: Path) -> Path:
+    target = Path(os.environ.get("TENURE_UI_SCREENSHOTS") or tmp_path / "shots")
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def _loaded(page: Any) -> None:
+    page.wait_for_function("() => !document.querySelector('#content p.muted')?.textContent.startsWith('Loading')")
+
+
+def test_a_recovered_job_shows_both_attempts_and_the_refused_late_write(
+        repo: Repository, cli_env: dict[str, str], spawn: Callable[..., Popen[bytes]], tmp_path: Path,
+        watched: Callable[..., Watched]) -> None:
+    job_id = repo.enqueue("sleepy", {"seconds": 2.5, "marker_dir": str(tmp_path)}).id
+    repo.enqueue_many([])
+    a = spawn(*WORKER)
+    wait_for(lambda: repo.get_job(job_id)["status"] == "running", 20, "worker A to claim")  # type: ignore[index]
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        spawn(*REAPER)
+        spawn(*WORKER)
+        wait_for(lambda: repo.get_job(job_id)["attempt_count"] == 2, 30, "worker B to claim")  # type: ignore[index]
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    wait_for(lambda: repo.get_job(job_id)["status"] == "completed", 30, "B to complete")  # type: ignore[index]
+    wait_for(lambda: any(e["event"] in ("stale_completion_rejected", "heartbeat_lost", "stale_write_rejected")
+                         for e in repo.job_events(job_id)), 20, "A's refused late write")
+    with ui_process(cli_env, tmp_path / "ui.log") as url:
+        w = watched()
+        w.page.goto(f"{url}/jobs/{job_id}")
+        w.page.wait_for_selector("tr[data-attempt]")
+        attempts = w.page.locator("table[data-table=attempts] tr[data-attempt]")
+        assert attempts.count() == 2
+        fences = {attempts.nth(i).get_attribute("data-fence") for i in range(2)}
+        assert len(fences) == 2 and "" not in fences, fences
+        assert [attempts.nth(i).get_attribute("data-attempt") for i in range(2)] == ["1", "2"]
+        assert "reaped_due_to_expired_lease" in attempts.nth(0).inner_text()
+        assert "completed" in attempts.nth(1).inner_text()
+        assert w.page.locator("table[data-table=stale-writes] tr[data-stale-write]").count() >= 1
+        assert w.page.locator("table[data-table=reaps] tr[data-reap]").count() == 1
+        w.page.screenshot(path=str(shots_dir(tmp_path) / "job.png"), full_page=True)
+        assert not w.errors and not w.failed, (w.errors, w.failed)
+
+
+def test_retry_all_matching_changes_exactly_the_matched_set(repo: Repository, cli_env: dict[str, str],
+                                                            tmp_path: Path, watched: Callable[..., Watched]) -> None:
+    wanted = [repo.enqueue("resize", {"image": i}, queue="images").id for i in range(4)]
+    other = [repo.enqueue("email", {"to": i}, queue="mail").id for i in range(2)]
+    repo.cancel(wanted + other, "test")
+    with ui_process(cli_env, tmp_path / "ui.log") as url:
+        w = watched()
+        w.page.goto(f"{url}/jobs?task=resize&status=cancelled")
+        w.page.wait_for_selector("tr[data-job-id]")
+        assert w.page.locator("tr[data-job-id]").count() == 4
+        w.page.click("[data-action=retry-matching]")
+        w.page.wait_for_selector("dialog[open] [data-confirm-text]")
+        assert "Retry 4 jobs?" in w.page.inner_text("[data-confirm-text]")
+        w.page.click("[data-confirm=yes]")
+        w.page.wait_for_selector("#notice.ok")
+        assert "changed 4 of 4 matched" in w.page.inner_text("#notice")
+        assert {repo.get_job(i)["status"] for i in wanted} == {"pending"}  # type: ignore[index]
+        assert {repo.get_job(i)["status"] for i in other} == {"cancelled"}  # type: ignore[index]
+        # The selected rows only: cancel two of the four, now pending again.
+        w.page.goto(f"{url}/jobs?task=resize")
+        w.page.wait_for_selector("tr[data-job-id]")
+        for job_id in wanted[:2]:
+            w.page.check(f'tr[data-job-id="{job_id}"] input[data-select]')
+        w.page.click("[data-action=cancel-selected]")
+        w.page.wait_for_selector("dialog[open] [data-confirm-text]")
+        assert "Cancel 2 jobs?" in w.page.inner_text("[data-confirm-text]")
+        w.page.click("[data-confirm=yes]")
+        w.page.wait_for_selector("#notice.ok")
+        assert [repo.get_job(i)["status"] for i in wanted] == ["cancelled", "cancelled", "pending", "pending"]  # type: ignore[index]
+        w.page.screenshot(path=str(shots_dir(tmp_path) / "jobs.png"), full_page=True)
+        assert not w.errors and not w.failed, (w.errors, w.failed)
+
+
+def test_read_only_renders_no_action_and_a_direct_post_gets_403(repo: Repository, cli_env: dict[str, str],
+                                                                 tmp_path: Path, watched: Callable[..., Watched]) -> None:
+    job_id = repo.enqueue("email", {}).id
+    repo.cancel([repo.enqueue("email", {}).id], "test")
+    with ui_process(cli_env, tmp_path / "ui.log", "--read-only") as url:
+        w = watched()
+        for path in [*PAGES.values(), f"/jobs/{job_id}"]:
+            w.page.goto(url + path)
+            _loaded(w.page)
+            w.page.wait_for_timeout(300)
+            assert w.page.locator("[data-action]").count() == 0, path
+            assert w.page.locator("[data-read-only]").count() == 1
+        response = w.page.request.post(f"{url}/api/v1/jobs/{job_id}/cancel", data={})
+        assert response.status == 403 and "read-only" in response.json()["error"]
+        assert repo.get_job(job_id)["status"] == "pending"  # type: ignore[index]
+        assert not w.errors, w.errors
+
+
+def _visit_every_page(w: Watched, base: str, job_id: int) -> None:
+    for path in [*PAGES.values(), f"/jobs/{job_id}"]:
+        w.page.goto(base + path)
+        _loaded(w.page)
+        w.page.wait_for_timeout(400)
+        for href in w.page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))"):
+            assert href.startswith("/tenure/") or href.startswith("data:"), (path, href)
+
+
+def test_under_a_prefix_in_both_proxy_modes_no_request_fails(repo: Repository, cli_env: dict[str, str],
+                                                             tmp_path: Path, watched: Callable[..., Watched]) -> None:
+    job_id = repo.enqueue("email", {"n": 1}).id
+    with ui_process(cli_env, tmp_path / "prefixed.log", "--prefix", "/tenure") as url:
+        w = watched()
+        _visit_every_page(w, url, job_id)
+        w.page.click("[data-nav=jobs]")
+        w.page.wait_for_selector(f'tr[data-job-id="{job_id}"]')
+        assert not w.errors and not w.failed, (w.errors, w.failed)
+    with ui_process(cli_env, tmp_path / "plain.log") as url, StrippingProxy(url, "/tenure") as proxy:
+        w = watched()
+        _visit_every_page(w, proxy.url, job_id)
+        w.page.click(f'a[href="/tenure/jobs/{job_id}"]') if w.page.locator(f'a[href="/tenure/jobs/{job_id}"]').count() \
+            else w.page.goto(f"{proxy.url}/jobs/{job_id}")
+        w.page.click("[data-action=cancel]")
+        w.page.wait_for_selector("#notice.ok")
+        assert repo.get_job(job_id)["status"] == "cancelled", "a mutation through the proxy (CSRF, origin) works"  # type: ignore[index]
+        assert proxy.requests > 5
+        assert not w.errors and not w.failed, (w.errors, w.failed)
+
+
+def test_a_job_enqueued_from_the_cli_appears_without_a_reload(repo: Repository, cli_env: dict[str, str],
+                                                              tmp_path: Path, watched: Callable[..., Watched]) -> None:
+    repo.enqueue("email", {"n": 0})
+    with ui_process(cli_env, tmp_path / "ui.log") as url:
+        w = watched()
+        w.page.goto(f"{url}/jobs")
+        w.page.wait_for_selector("[data-live-state]:has-text('streaming')")
+        w.page.evaluate("window.__noReload = true")
+        r = run_cli(cli_env, "enqueue", "email", "--payload", '{"n": 1}')
+        enqueued_at = time.monotonic()
+        job_id = int(r.stdout.strip().split()[-1])
+        w.page.wait_for_selector(f'tr[data-job-id="{job_id}"]', timeout=5000)
+        appeared_after = time.monotonic() - enqueued_at
+        assert w.page.evaluate("window.__noReload") is True, "the page was not reloaded"
+        print(f"job {job_id} appeared {appeared_after * 1000:.0f} ms after `tenure enqueue` returned")
+        # Paused: a new job stays off the page until live updates resume.
+        w.page.click("[data-live-toggle]")
+        paused_id = int(run_cli(cli_env, "enqueue", "email", "--payload", '{"n": 2}').stdout.strip().split()[-1])
+        w.page.wait_for_timeout(1500)
+        assert w.page.locator(f'tr[data-job-id="{paused_id}"]').count() == 0
+        w.page.click("[data-live-toggle]")
+        w.page.wait_for_selector(f'tr[data-job-id="{paused_id}"]', timeout=5000)
+        assert not w.errors and not w.failed, (w.errors, w.failed)
+
+
+def test_screenshots_of_every_page(repo: Repository, cli_env: dict[str, str], tmp_path: Path,
+                                   watched: Callable[..., Watched]) -> None:
+    from datetime import datetime, timezone
+    for i in range(6):
+        repo.enqueue("send_invoice_email", {"invoice_id": 4180 + i}, queue="emails", priority=i % 3)
+    dead = [repo.enqueue("charge_card", {"invoice_id": 4200 + i, "card_number": "4111"}, queue="billing").id
+            for i in range(3)]
+    with repo.conn.cursor() as cur:
+        cur.execute(f'UPDATE "{repo.schema}".jobs SET status = \'failed\', failed_at = now(), attempt_count = 5, '
+                    "last_error_code = 'card_declined' WHERE id = ANY(%s)", (dead,))
+    repo.periodic_init(name="nightly-report", task="report", queue="default", cron="0 3 * * *", timezone="Europe/Paris",
+                       slot=datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc))
+    repo.worker_register("w-demo-1", host="node-a", pid=4242, queues=["emails", "billing"], concurrency=8,
+                         heartbeat_seconds=5, version="0.1.0", lease_seconds=30)
+    target = shots_dir(tmp_path)
+    with ui_process(cli_env, tmp_path / "ui.log") as url:
+        w = watched()
+        for name, path in PAGES.items():
+            w.page.goto(url + path)
+            _loaded(w.page)
+            w.page.wait_for_timeout(500)
+            w.page.screenshot(path=str(target / f"{name}.png"), full_page=True)
+        assert all((target / f"{name}.png").stat().st_size > 10_000 for name in PAGES)
+        assert not w.errors and not w.failed, (w.errors, w.failed)

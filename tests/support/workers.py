@@ -1,0 +1,21 @@
+"""An in-process burst worker for the integration tests that need the whole runtime."""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry
+
+from tenure.worker.app import App
+from tenure.worker.heartbeat import HeartbeatConfig
+from tenure.worker.runtime import Worker, WorkerConfig
+
+
+def run_burst_worker(app: App, dsn: str, schema: str, *, timeout: float = 60) -> None:
+    """Run a burst worker (two slots, 5 s leases) until the queues are drained; fail after ``timeout``."""
+    config = WorkerConfig(concurrency=2, poll_interval=0.05, burst=True, heartbeat=HeartbeatConfig(lease=5, interval=1))
+    worker = Worker(app, config, dsn=dsn, schema=schema, registry=CollectorRegistry())
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(timeout=timeout)
+    assert not thread.is_alive(), "burst worker did not finish"
