@@ -69,8 +69,11 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
 
 def _undo_0004(conn: object, schema: str) -> None:
     """Back to version 3 (the enum value stays: 0004 adds it IF NOT EXISTS), undoing the later
-    migrations first (0006: the trace context; 0005: the tables of `tenure sqs`)."""
-    for stmt in ("ALTER TABLE {s}.jobs DROP COLUMN trace_context", "DROP TABLE {s}.sqs_queues", "DROP TABLE {s}.sqs_receipts", "DROP TABLE {s}.sqs_dedup",
+    migrations first (0008: the job browser's indexes; 0006: the trace context; 0005: the tables
+    of `tenure sqs`)."""
+    for stmt in ("DROP INDEX {s}.jobs_queue_id_idx, {s}.jobs_task_id_idx, {s}.jobs_finished_idx, {s}.jobs_created_idx, "
+                 "{s}.jobs_payload_idx",
+                 "ALTER TABLE {s}.jobs DROP COLUMN trace_context", "DROP TABLE {s}.sqs_queues", "DROP TABLE {s}.sqs_receipts", "DROP TABLE {s}.sqs_dedup",
                  "DROP TABLE {s}.sqs_secrets","DROP TABLE {s}.queues", "DROP TABLE {s}.periodic_schedules",
                  "ALTER TABLE {s}.jobs DROP COLUMN priority", "ALTER TABLE {s}.jobs DROP COLUMN cancelled_at"):
         conn.execute(stmt.format(s=f'"{schema}"'))  # type: ignore[attr-defined]

@@ -1177,16 +1177,32 @@ SELECT count(*)::int AS moved FROM moved WHERE (SELECT count(*) FROM notified) >
 -- The job browser's filter, a fragment spliced into the job_browse queries where they say {job_browse_filter}; every condition is off when its parameter is NULL.
     (%(id)s::bigint IS NULL OR j.id = %(id)s::bigint)
     AND (%(queue)s::text IS NULL OR j.queue_name = %(queue)s::text)
-    AND (%(status)s::text IS NULL OR j.status = %(status)s::text::{schema}.job_status)
+    -- One literal per status: a text parameter cast to the enum is not folded into a constant at
+    -- plan time, so `status = $1::text::job_status` matches no partial index (a page of running
+    -- jobs walked the whole primary key); the literals fold away but the one asked for.
+    AND (%(status)s::text IS NULL
+         OR (%(status)s::text = 'pending' AND j.status = 'pending'::{schema}.job_status)
+         OR (%(status)s::text = 'running' AND j.status = 'running'::{schema}.job_status)
+         OR (%(status)s::text = 'completed' AND j.status = 'completed'::{schema}.job_status)
+         OR (%(status)s::text = 'failed' AND j.status = 'failed'::{schema}.job_status)
+         OR (%(status)s::text = 'cancelled' AND j.status = 'cancelled'::{schema}.job_status))
     AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
     AND (%(priority_min)s::int IS NULL OR j.priority >= %(priority_min)s::int)
     AND (%(priority_max)s::int IS NULL OR j.priority <= %(priority_max)s::int)
     AND (%(created_after)s::timestamptz IS NULL OR j.created_at >= %(created_after)s::timestamptz)
     AND (%(created_within)s::float8 IS NULL OR j.created_at >= now() - make_interval(secs => %(created_within)s::float8))
+    -- Finished: completed_at is set only on completed jobs, failed_at only while failed,
+    -- cancelled_at only while cancelled, so this is coalesce(...) >= t, written so each part is
+    -- a range scan of its status's partial index (jobs_completed_idx, jobs_failed_idx,
+    -- jobs_cancelled_idx) when few jobs match, instead of a walk of the primary key.
     AND (%(finished_after)s::timestamptz IS NULL
-         OR coalesce(j.completed_at, j.failed_at, j.cancelled_at) >= %(finished_after)s::timestamptz)
+         OR (j.status = 'completed' AND j.completed_at >= %(finished_after)s::timestamptz)
+         OR (j.status = 'failed' AND j.failed_at >= %(finished_after)s::timestamptz)
+         OR j.cancelled_at >= %(finished_after)s::timestamptz)
     AND (%(finished_within)s::float8 IS NULL
-         OR coalesce(j.completed_at, j.failed_at, j.cancelled_at) >= now() - make_interval(secs => %(finished_within)s::float8))
+         OR (j.status = 'completed' AND j.completed_at >= now() - make_interval(secs => %(finished_within)s::float8))
+         OR (j.status = 'failed' AND j.failed_at >= now() - make_interval(secs => %(finished_within)s::float8))
+         OR j.cancelled_at >= now() - make_interval(secs => %(finished_within)s::float8))
     AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s::text)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
 
