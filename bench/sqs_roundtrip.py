@@ -19,7 +19,7 @@
    traffic, which this measures.
 
     .venv/bin/python -m bench.sqs_roundtrip --clients 2 --rounds 200
-    .venv/bin/python -m bench.sqs_roundtrip --clients 2 --rounds 150 --runs 3 --fifo-cost
+    .venv/bin/python -m bench.sqs_roundtrip --clients 2 --rounds 150 --runs 4 --fifo-cost
 
 One machine's numbers (shared and noisy), never assertions.
 """
