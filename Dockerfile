@@ -37,7 +37,8 @@ ENV PATH=/opt/tenure/bin:${PATH} \
 WORKDIR /home/tenure
 # Numeric user so that Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
-# 8080: operator health (kopf /healthz); 9100: worker /metrics, /healthz, /readyz.
-EXPOSE 8080 9100
+# 8080: operator health (kopf /healthz), or `tenure ui` (the chart's ui.port); 9100: worker
+# /metrics, /healthz, /readyz; 9324: `tenure sqs` (the chart's sqs.port).
+EXPOSE 8080 9100 9324
 ENTRYPOINT ["tenure"]
 CMD ["--help"]

@@ -7,8 +7,19 @@
    timed from outside the client processes (their start-up excluded: each waits for a go file).
 2. Long-poll wake-up: a ReceiveMessage with WaitTimeSeconds=10 is waiting when a SendMessage
    is sent; the time from the send's return to the receive's return, ``--wakeups`` samples, p50.
+3. ``--fifo-cost``: what the FIFO lane costs standard queues (issue 25: it must not slow them).
+   The same SQS round trips on ``--clients`` standard queues, each run twice while as many
+   neighbour clients run the same round trips on other queues of the same server and database:
+   once on standard queues, once on FIFO queues (10 message groups, deduplication ids). The
+   standard queues' jobs/s with FIFO neighbours over their jobs/s with standard neighbours is
+   the lane's cost (1.0: none); both neighbours load the machine alike, so the CPU they take is
+   not counted against the lane, and which of the two goes first alternates run by run (tables
+   grow and dead index entries pile up during a run: what is measured later is slower). A standard queue's own receive never enters the FIFO lane (no
+   advisory lock, no group scan): what could slow it is sharing tables and the server with FIFO
+   traffic, which this measures.
 
     .venv/bin/python -m bench.sqs_roundtrip --clients 2 --rounds 200
+    .venv/bin/python -m bench.sqs_roundtrip --clients 2 --rounds 150 --runs 3 --fifo-cost
 
 One machine's numbers (shared and noisy), never assertions.
 """
@@ -26,6 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +45,29 @@ from tenure.core.db import connect, resolve_dsn
 from tenure.core.repository import JobSpec, Repository
 
 
+def _entries(queue: str, r: int) -> list[dict[str, str]]:
+    entries = [{"Id": str(i), "MessageBody": f"m{r}-{i}"} for i in range(10)]
+    if queue.endswith(".fifo"):
+        for i, e in enumerate(entries):
+            e.update(MessageGroupId=f"g{i}", MessageDeduplicationId=f"{r}-{i}-{uuid.uuid4().hex}")
+    return entries
+
+
 def _client(kind: str, target: str, schema: str, queue: str, rounds: int, go: str) -> None:
+    """``rounds`` round trips (0: until the file ``go``.stop exists, a neighbour's load)."""
     while not os.path.exists(go):
         time.sleep(0.005)
     done = 0
+    stop = f"{go}.stop"
     if kind == "sqs":
         import boto3
         sqs = boto3.client("sqs", endpoint_url=target, region_name="us-east-1", aws_access_key_id="b",
                            aws_secret_access_key="b")
         url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
-        for r in range(rounds):
-            sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{r}-{i}"} for i in range(10)])
+        r = 0
+        while r < rounds if rounds else not os.path.exists(stop):
+            r += 1
+            sqs.send_message_batch(QueueUrl=url, Entries=_entries(queue, r))
             got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
             if got:
                 res = sqs.delete_message_batch(QueueUrl=url, Entries=[
@@ -59,18 +83,48 @@ def _client(kind: str, target: str, schema: str, queue: str, rounds: int, go: st
     print(json.dumps({"done": done}), flush=True)
 
 
-def _run(kind: str, target: str, schema: str, clients: int, rounds: int, tmp: Path) -> float:
+def _spawn(kind: str, target: str, schema: str, queue: str, rounds: int, go: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "bench.sqs_roundtrip", "--client", kind, target, schema, queue,
+                             str(rounds), str(go)], stdout=subprocess.PIPE, text=True)
+
+
+def _run(kind: str, target: str, schema: str, clients: int, rounds: int, tmp: Path,
+         neighbours: Sequence[str] = (), prefix: str | None = None) -> float:
+    """Jobs/s of ``clients`` processes on queues ``{prefix or kind}-i``, while SQS clients run on
+    the ``neighbours`` queues (until the measured ones finish)."""
     go = tmp / f"go-{kind}-{uuid.uuid4().hex}"
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.sqs_roundtrip", "--client", kind, target, schema,
-                               f"{kind}-{i}", str(rounds), str(go)], stdout=subprocess.PIPE, text=True)
-             for i in range(clients)]
-    time.sleep(3.0)  # imports and connections before the clock starts
+    procs = [_spawn(kind, target, schema, f"{prefix or kind}-{i}", rounds, go) for i in range(clients)]
+    others = [_spawn("sqs", target, schema, queue, 0, go) for queue in neighbours]
+    time.sleep(3.0 + 0.5 * len(others))  # imports and connections before the clock starts
     started = time.monotonic()
     go.touch()
     outs = [p.communicate()[0] for p in procs]
     wall = time.monotonic() - started
+    Path(f"{go}.stop").touch()
+    neighbours_done = sum(json.loads(p.communicate()[0].strip().splitlines()[-1])["done"] for p in others)
+    if others and not neighbours_done:
+        raise RuntimeError("the neighbour clients deleted nothing")
     done = sum(json.loads(o.strip().splitlines()[-1])["done"] for o in outs)
     return done / wall
+
+
+def _fifo_cost(url: str, schema: str, args: argparse.Namespace, tmp: Path, sqs: Any) -> None:
+    """Standard queues' jobs/s with standard neighbours, then with FIFO neighbours, per run."""
+    standard = [f"nb-{i}" for i in range(args.clients)]
+    fifo = [f"nb-{i}.fifo" for i in range(args.clients)]
+    for name in [*standard, *fifo]:
+        sqs.create_queue(QueueName=name)
+    ratios = []
+    for run in range(args.runs):
+        pair = [("standard", standard), ("fifo", fifo)]
+        rates = {name: _run("sqs", url, schema, args.clients, args.rounds, tmp, queues)
+                 for name, queues in (pair if run % 2 == 0 else pair[::-1])}  # alternate which goes first
+        with_standard, with_fifo = rates["standard"], rates["fifo"]
+        ratios.append(with_fifo / with_standard)
+        print(f"fifo-cost run {run + 1}: standard queues {with_standard:.0f} jobs/s beside standard neighbours, "
+              f"{with_fifo:.0f} jobs/s beside FIFO neighbours, ratio {ratios[-1]:.2f}", flush=True)
+    print(f"fifo-cost: median ratio {statistics.median(ratios):.2f} over {len(ratios)} runs (1.00: no cost)",
+          flush=True)
 
 
 def _wakeups(url: str, samples: int) -> list[float]:
@@ -102,41 +156,70 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--wakeups", type=int, default=30)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--fifo-cost", action="store_true", help="instead: the FIFO lane's cost to standard queues")
+    ap.add_argument("--before-src", type=Path, default=None,
+                    help="also a second `tenure sqs` from this package source (the code before a change), "
+                         "measured in the same runs")
     args = ap.parse_args()
     dsn, schema = resolve_dsn(None), f"bench_sqs_{uuid.uuid4().hex[:8]}"
     with connect(dsn) as conn:
         Repository(conn, schema).migrate()
     tmp = Path(tempfile.mkdtemp(prefix="bench-sqs-"))
-    log = tmp / "sqs.log"
     env = {**os.environ, "TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema}
-    with open(log, "wb") as out:
-        server = subprocess.Popen([sys.executable, "-m", "tenure.cli", "sqs", "--no-auth", "--bind", "127.0.0.1:0"],
-                                  env=env, stdout=out, stderr=subprocess.STDOUT)
+    servers = {"sqs": _server(env, tmp / "sqs.log")}
+    if args.before_src is not None:
+        servers["sqs-before"] = _server({**env, "PYTHONPATH": str(args.before_src.resolve())}, tmp / "before.log")
     try:
-        url = ""
-        while not url:
-            match = re.search(r"sqs listening on (http://\S+)", log.read_text())
-            url = match.group(1) if match else ""
-            time.sleep(0.05)
+        urls = {kind: _url(proc, tmp / ("sqs.log" if kind == "sqs" else "before.log")) for kind, proc in servers.items()}
+        url = urls["sqs"]
         import boto3
         sqs: Any = boto3.client("sqs", endpoint_url=url, region_name="us-east-1", aws_access_key_id="b",
                                 aws_secret_access_key="b")
-        for i in range(args.clients):
-            sqs.create_queue(QueueName=f"sqs-{i}")
+        for kind in urls:
+            for i in range(args.clients):
+                sqs.create_queue(QueueName=f"{kind}-{i}")
+        if args.fifo_cost:
+            _fifo_cost(url, schema, args, tmp, sqs)
+            return
+        kinds = ["direct", *urls]
+        ratios: dict[str, list[float]] = {k: [] for k in urls}
         for run in range(args.runs):
-            direct = _run("direct", dsn, schema, args.clients, args.rounds, tmp)
-            via_sqs = _run("sqs", url, schema, args.clients, args.rounds, tmp)
-            print(f"run {run + 1}: direct {direct:.0f} jobs/s, sqs {via_sqs:.0f} jobs/s, "
-                  f"ratio {via_sqs / direct:.2f}", flush=True)
-        wakes = sorted(_wakeups(url, args.wakeups))
-        print(f"long-poll wake-up after a send: p50 {statistics.median(wakes) * 1000:.1f} ms, "
-              f"max {wakes[-1] * 1000:.1f} ms ({len(wakes)} samples)", flush=True)
+            order = kinds[run % len(kinds):] + kinds[:run % len(kinds)]  # rotated: no variant always first
+            rates = {k: _run("direct" if k == "direct" else "sqs", dsn if k == "direct" else urls[k], schema,
+                             args.clients, args.rounds, tmp, prefix=k) for k in order}
+            for k in urls:
+                ratios[k].append(rates[k] / rates["direct"])
+            print(f"run {run + 1}: direct {rates['direct']:.0f} jobs/s, "
+                  + ", ".join(f"{k} {rates[k]:.0f} jobs/s, ratio {rates[k] / rates['direct']:.2f}" for k in urls),
+                  flush=True)
+        if args.runs > 1:
+            print("median ratio: " + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in ratios.items()),
+                  flush=True)
+        if args.wakeups:
+            wakes = sorted(_wakeups(url, args.wakeups))
+            print(f"long-poll wake-up after a send: p50 {statistics.median(wakes) * 1000:.1f} ms, "
+                  f"max {wakes[-1] * 1000:.1f} ms ({len(wakes)} samples)", flush=True)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        for server in servers.values():
+            server.terminate()
+            server.wait(timeout=10)
         with connect(dsn) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
+
+def _server(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "tenure.cli", "sqs", "--no-auth", "--bind", "127.0.0.1:0"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _url(server: subprocess.Popen[bytes], log: Path) -> str:
+    while server.poll() is None:
+        match = re.search(r"sqs listening on (http://\S+)", log.read_text())
+        if match:
+            return match.group(1)
+        time.sleep(0.05)
+    raise RuntimeError(f"tenure sqs exited: {log.read_text()[-2000:]}")
 
 if __name__ == "__main__":
     main()

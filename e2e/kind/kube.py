@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,6 +72,39 @@ class Cluster:
         """GET http://service:port/path through the API server's service proxy (JSON)."""
         qs = ("?" + urllib.parse.urlencode(query)) if query else ""
         return self.raw(f"/api/v1/namespaces/{self.namespace}/services/{service}:{port}/proxy{path}{qs}")
+
+    @contextmanager
+    def port_forward(self, service: str, port: int, namespace: str | None = None,
+                     timeout: float = 60) -> Iterator[int]:
+        """``kubectl port-forward svc/SERVICE :PORT`` for the block; yields the local port (127.0.0.1).
+
+        kubectl resolves the Service's selector and targetPort to one of its Ready pods, so a
+        Service that selects nothing (or the wrong port) fails here. Its output goes to a log in
+        the artifacts (it prints a line per connection, which a pipe would have to drain).
+        """
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        log = self.artifacts / f"port-forward-{service}.log"
+        cmd = ["kubectl", "--context", self.context, "-n", namespace or self.namespace, "port-forward",
+               "--address", "127.0.0.1", f"svc/{service}", f":{port}"]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                match = re.search(r"Forwarding from 127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+                if match:
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise KindError(f"{' '.join(cmd)} did not forward: {log.read_text(errors='replace')[-2000:]}")
+                time.sleep(0.2)
+            yield int(match.group(1))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
 
     # ------------------------------------------------------------------ database
     def sql(self, query: str) -> list[list[str]]:

@@ -15,21 +15,32 @@ one JobQueue, ``emails`` (examples/jobqueue.yaml with the image changed):
 4. a rolling update under load: no job lost, no attempt wasted;
 5. bad manifests: a CEL-invalid JobQueue refused, a missing Secret -> Degraded, no pods;
 6. observability: Prometheus discovers the pods through the Kubernetes API, loads the generated
-   rules, every dashboard panel returns data, no alert fires on the healthy install.
+   rules, every dashboard panel returns data, no alert fires on the healthy install;
+7. the chart's optional components (ui.enabled, sqs.enabled) with their Secrets: boto3 sends,
+   receives and deletes through the tenure-sqs Service; the tenure-ui Service serves the overview
+   and the queues API to the Secret's viewer and refuses a write (read-only by default).
 Figures (scale and recovery times, alert timings) are recorded in $ARTIFACTS/figures.json.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
+import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError
 
 from kind.kube import Cluster, KindError, sql_list, wait_for
 from tenure.core.repository import REJECTED_WRITE_EVENTS
@@ -605,3 +616,179 @@ def test_observability_in_cluster(cluster: Cluster) -> None:
     c.record("dashboard_panels_empty", empty)
     assert checked > 0
     assert not empty, f"dashboard panels with no data in the cluster: {empty}"
+
+
+# ------------------------------------------------------------ chart components: ui and sqs
+COMPONENT_DB_SECRET = "tenure-components-db"
+UI_USERS_SECRET = "tenure-ui-users"
+UI_USER, UI_PASSWORD = "kind-viewer", "kind-viewer-password"
+SQS_CREDENTIALS_SECRET = "tenure-sqs-credentials"
+SQS_KEY, SQS_SECRET = "AKIDKINDE2E", "kind/e2e/SecretKey"
+SQS_QUEUE = "kind-components"
+
+
+def helm_upgrade(c: Cluster, *sets: str) -> None:
+    """``helm upgrade tenure`` keeping run.sh's values (image, pull policy, interval); the chart's own
+    defaults come from this checkout (`--reset-then-reuse-values`, not the installed release's)."""
+    cmd = ["helm", "upgrade", "tenure", str(ROOT / "charts/tenure"), "--kube-context", c.context,
+           "--namespace", c.operator_namespace, "--reset-then-reuse-values", "--wait", "--timeout", "300s"]
+    for s in sets:
+        cmd += ["--set", s]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=360)
+    if proc.returncode != 0:
+        raise KindError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+
+
+def ui_missing(c: Cluster) -> str | None:
+    """Why ``tenure ui`` cannot run from the image (None when ``tenure ui --help`` works)."""
+    try:
+        c.docker("run", "--rm", "--network", "none", c.image, "ui", "--help", timeout=120)
+    except KindError as exc:
+        return f"`tenure ui` is not in {c.image} (the command has not landed on this branch): {exc}"[:400]
+    return None
+
+
+def secret_from_literal(c: Cluster, name: str, **data: str) -> None:
+    args = ["-n", c.operator_namespace, "create", "secret", "generic", name, "--dry-run=client", "-o", "yaml"]
+    args += [f"--from-literal={k}={v}" for k, v in data.items()]
+    manifest = c.kubectl(*args, namespaced=False).stdout
+    c.kubectl("-n", c.operator_namespace, "apply", "-f", "-", input=manifest, namespaced=False)
+
+
+def http(url: str, method: str = "GET", auth: tuple[str, str] | None = None) -> tuple[int, str, str]:
+    """(status, content type, body) of one request; 4xx/5xx are returned, not raised."""
+    req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    if method == "POST":
+        req.add_header("Content-Type", "application/json")
+    if auth:
+        req.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def components(cluster: Cluster) -> Iterator[str | None]:
+    """The chart upgraded with sqs.enabled (and ui.enabled when the image has `tenure ui`), with
+    their Secrets; yields why the UI is missing (None when it runs). Switched off afterwards."""
+    c = cluster
+    missing = ui_missing(c)
+    # Both components need a migrated schema; a JobQueue's migration Job may not have run yet.
+    c.tenure_pod("migrate-components", ["tenure", "migrate"])
+    secret_from_literal(c, COMPONENT_DB_SECRET, url="postgresql://tenure:tenure@postgres."
+                        f"{c.namespace}.svc:5432/tenure")
+    secret_from_literal(c, SQS_CREDENTIALS_SECRET, credentials=f"# the kind suite's key\n"
+                        f"{SQS_KEY}:{SQS_SECRET}:kind-*\n")
+    sets = ["sqs.enabled=true", f"sqs.databaseUrlSecret.name={COMPONENT_DB_SECRET}",
+            f"sqs.credentialsSecret.name={SQS_CREDENTIALS_SECRET}"]
+    deployments = ["tenure-sqs"]
+    if missing is None:
+        script = f"import bcrypt; print(bcrypt.hashpw({UI_PASSWORD.encode()!r}, bcrypt.gensalt()).decode())"
+        hashed = c.docker("run", "--rm", "--network", "none", "--entrypoint", "python", c.image, "-c",
+                          script).strip()
+        assert hashed.startswith("$2"), hashed
+        secret_from_literal(c, UI_USERS_SECRET, users=f"{UI_USER}:{hashed}:viewer\n")
+        sets += ["ui.enabled=true", f"ui.databaseUrlSecret.name={COMPONENT_DB_SECRET}",
+                 f"ui.usersSecret.name={UI_USERS_SECRET}"]
+        deployments.append("tenure-ui")
+    t0 = time.time()
+    try:
+        helm_upgrade(c, *sets)
+        for dep in deployments:
+            # A rebuilt tenure:dev keeps its tag (and the Secrets may be new): restart the pods.
+            c.kubectl("-n", c.operator_namespace, "rollout", "restart", f"deploy/{dep}", namespaced=False)
+            c.kubectl("-n", c.operator_namespace, "rollout", "status", f"deploy/{dep}", "--timeout=240s",
+                      namespaced=False, timeout=260)
+        c.record("components_upgrade_to_ready_seconds", round(time.time() - t0, 1))
+        # From inside the cluster, through each Service's DNS name and ClusterIP.
+        urls = [f"http://{dep}.{c.operator_namespace}.svc:{9324 if dep == 'tenure-sqs' else 8080}/healthz"
+                for dep in deployments]
+        probe = ("import sys, urllib.request\n"
+                 "for url in sys.argv[1:]:\n"
+                 "    with urllib.request.urlopen(url, timeout=10) as r:\n"
+                 "        print(url, r.status, r.read(100).decode())\n")
+        out = c.tenure_pod("components-healthz", ["python", "-c", probe, *urls])
+        for url in urls:
+            assert f"{url} 200 ok" in out, out
+        yield missing
+    finally:
+        helm_upgrade(c, "ui.enabled=false", "sqs.enabled=false")
+
+
+@pytest.mark.timeout(900)
+def test_components_sqs_through_its_service(cluster: Cluster, components: str | None) -> None:
+    """boto3 -> kubectl port-forward -> Service tenure-sqs: create, send, receive, delete, with
+    the keys of the chart's credentials Secret; the database shows the message completed."""
+    c = cluster
+    with c.port_forward("tenure-sqs", 9324, namespace=c.operator_namespace) as port:
+        url = f"http://127.0.0.1:{port}"
+
+        def client(secret: str = SQS_SECRET) -> Any:
+            return boto3.client("sqs", endpoint_url=url, region_name="us-east-1", aws_access_key_id=SQS_KEY,
+                                aws_secret_access_key=secret,
+                                config=BotoConfig(retries={"max_attempts": 1}, read_timeout=30, connect_timeout=5))
+        sqs = client()
+        queue_url = sqs.create_queue(QueueName=SQS_QUEUE)["QueueUrl"]
+        assert queue_url.endswith(f"/{SQS_QUEUE}"), queue_url
+        body = json.dumps({"from": "kind", "at": time.time()})
+        sent = sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+        t0 = time.time()
+        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=10,
+                                       VisibilityTimeout=60).get("Messages", [])
+        c.record("sqs_receive_through_service_seconds", round(time.time() - t0, 2))
+        assert [m["MessageId"] for m in messages] == [sent["MessageId"]], messages
+        assert messages[0]["Body"] == body
+        job_id = int(sent["MessageId"].replace("-", ""), 16)
+        assert c.scalar(f"SELECT status FROM tenure.jobs WHERE id = {job_id}") == "running"
+        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=messages[0]["ReceiptHandle"])
+        row = c.sql(f"SELECT queue_name, status FROM tenure.jobs WHERE id = {job_id}")
+        assert row == [[SQS_QUEUE, "completed"]], row
+        assert not sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=1).get("Messages")
+        # The server enforces the Secret's keys: a wrong secret, and a queue outside the globs.
+        with pytest.raises(ClientError) as refused:
+            client("not-the-secret").list_queues()
+        assert refused.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+        with pytest.raises(ClientError) as refused:
+            sqs.create_queue(QueueName="outside-the-globs")
+        assert refused.value.response["Error"]["Code"] == "AccessDenied"
+
+
+@pytest.mark.timeout(600)
+def test_components_ui_through_its_service(cluster: Cluster, components: str | None) -> None:
+    """HTTP -> kubectl port-forward -> Service tenure-ui: the overview page and the queues API for
+    the Secret's viewer; read-only by default, so a pause answers 403 and changes nothing."""
+    if components is not None:
+        pytest.skip(components)
+    c = cluster
+    auth = (UI_USER, UI_PASSWORD)
+    with c.port_forward("tenure-ui", 8080, namespace=c.operator_namespace) as port:
+        base = f"http://127.0.0.1:{port}"
+        status, ctype, body = http(f"{base}/", auth=auth)
+        assert status == 200 and "text/html" in ctype, (status, ctype, body[:300])
+        assert 'data-page="overview"' in body, body[:500]
+        assert 'data-can-write="false"' in body, "the read-only UI renders a writable page"
+        # The image's non-editable install carries the assets the page loads.
+        assets = re.findall(r'(?:href|src)="(/[^"]*static/[^"]+)"', body)
+        assert assets, body[:500]
+        for asset in assets:
+            status, _, text = http(f"{base}{asset}", auth=auth)
+            assert status == 200 and text.strip(), (asset, status)
+        # --users is enforced: no credentials, or a wrong password, get 401.
+        assert http(f"{base}/api/v1/queues")[0] == 401
+        assert http(f"{base}/api/v1/queues", auth=(UI_USER, "wrong"))[0] == 401
+        status, ctype, body = http(f"{base}/api/v1/queues", auth=auth)
+        assert status == 200 and "application/json" in ctype, (status, ctype, body[:300])
+        queues = json.loads(body)["queues"]
+        assert isinstance(queues, list)
+        c.record("ui_queues_listed", sorted(q["name"] for q in queues))
+        # The same database as the SQS component: its queue, done within the hour, is listed.
+        if c.count(f"SELECT count(*) FROM tenure.jobs WHERE queue_name = '{SQS_QUEUE}'"
+                   " AND completed_at > now() - interval '50 minutes'"):
+            assert SQS_QUEUE in {q["name"] for q in queues}, queues
+        # ui.readOnly defaults to true: the server refuses the write, and nothing is paused.
+        status, _, body = http(f"{base}/api/v1/queues/{SQS_QUEUE}/pause", method="POST", auth=auth)
+        assert status == 403 and "read-only" in body, (status, body[:300])
+        c.record("ui_read_only_pause_answer", body[:200])
+        assert c.count(f"SELECT count(*) FROM tenure.queues WHERE name = '{SQS_QUEUE}' AND paused") == 0

@@ -54,3 +54,22 @@ def test_payload_text_is_utf8_and_a_lone_surrogate_is_refused() -> None:
         encode_payload({"bad": "\ud800"})
     with pytest.raises(PayloadError, match="NUL"):
         encode_payload({"nul": "a\x00b"})
+
+
+def test_the_sqs_and_ui_pools_read_text_as_text(sql_ascii_dsn: str) -> None:
+    """Found on the kind cluster again: `tenure sqs` and `tenure ui` open their connections from a
+    ``psycopg_pool.ConnectionPool``, not :func:`connect`; without its options the SQS server read
+    a queue name back as bytes, sent it as bytea (``text = bytea`` on every receive) and stored
+    names such as ``\\x6b696e64``."""
+    from tenure.sqs.service import SqsConfig, SqsService
+    from tenure.ui.config import UiConfig
+    from tenure.ui.service import UiService
+
+    for service in (SqsService(SqsConfig(dsn=sql_ascii_dsn, schema="tenure")),
+                    UiService(UiConfig(dsn=sql_ascii_dsn, schema="tenure", read_only=True))):
+        service.pool.open(wait=True, timeout=30)
+        try:
+            with service.pool.connection() as conn:
+                assert conn.execute("SELECT 'kind-components'::text").fetchone() == ("kind-components",)
+        finally:
+            service.pool.close()

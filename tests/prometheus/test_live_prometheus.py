@@ -1,10 +1,12 @@
 """Every dashboard panel and every alert expression, evaluated by a real Prometheus that scrapes a
-real worker, a real reaper and the real SQL exporter while a workload runs.
+real worker, a real reaper, the real SQL exporter and a real `tenure sqs` (driven by boto3) while
+a workload runs.
 
 The workload reaches every state the dashboards draw: completions, handler timeouts that
 retry, permanent failures (DLQ), enqueue-time and effect dedup, long runners (in flight,
 heartbeat lag), and a worker frozen with SIGSTOP whose job is reaped and whose late
-completion is rejected (reaped jobs, leases lost, stale writes).
+completion is rejected (reaped jobs, leases lost, stale writes). SQS requests (a send, a
+receive, a delete, a refused GetQueueUrl) fill the overview's SQS API row.
 """
 
 from __future__ import annotations
@@ -114,6 +116,26 @@ def _stats_json(env: dict[str, str]) -> dict[str, dict[str, float]]:
             for row in json.loads(out.stdout)}
 
 
+def _sqs_traffic(port: int) -> None:
+    """Requests by action with outcomes ok and QueueDoesNotExist, and latencies, for the SQS row."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                       aws_access_key_id="live", aws_secret_access_key="live")
+    url = sqs.create_queue(QueueName="sqs-live")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(3)])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+    assert got
+    sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                                    for i, m in enumerate(got)])
+    try:
+        sqs.get_queue_url(QueueName="no-such-queue")
+        raise AssertionError("GetQueueUrl of a missing queue succeeded")
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
+
+
 def _feed(dsn: str, schema: str, stop: threading.Event) -> None:
     """A steady trickle of short jobs so that rates and quantiles have fresh samples."""
     rng = random.Random(7)
@@ -126,10 +148,11 @@ def _feed(dsn: str, schema: str, stop: threading.Event) -> None:
 def test_every_panel_and_alert_expression_against_a_live_prometheus(
         prometheus_bin: str, tenure_proc: Any, tenure_env: dict[str, str], dsn: str, schema: str,
         repo: Repository, tmp_path: Path) -> None:
-    ports = {name: free_port() for name in ("exporter", "worker_a", "worker_b", "reaper")}
+    ports = {name: free_port() for name in ("exporter", "worker_a", "worker_b", "reaper", "sqs")}
     tenure_proc("exporter", "--port", str(ports["exporter"]), "--interval", "0.5", "--completed-interval", "0.5")
     tenure_proc("reaper", "--interval", "0.5", "--grace", "1", "--heartbeat", "1", "--backoff-base", "0.1",
                 "--backoff-max", "0.2", "--metrics-port", str(ports["reaper"]))
+    tenure_proc("sqs", "--no-auth", "--bind", f"127.0.0.1:{ports['sqs']}")
     worker = tenure_proc("worker", "--app", "livestack:app", "--queue", "live", "--concurrency", "4", "--lease", "6",
                 "--heartbeat", "1", "--poll-interval", "0.2", "--drain-timeout", "1",
                 "--metrics-port", str(ports["worker_a"]))
@@ -143,12 +166,13 @@ def test_every_panel_and_alert_expression_against_a_live_prometheus(
 
     prom = Prometheus(prometheus_bin, tmp_path / "prometheus", rules=render_rules(FAST), targets={
         "tenure-exporter": [ports["exporter"]], "tenure-worker": [ports["worker_a"], ports["worker_b"]],
-        "tenure-reaper": [ports["reaper"]]})
+        "tenure-reaper": [ports["reaper"]], "tenure-sqs": [ports["sqs"]]})
     stop_feed = threading.Event()
     feeder = threading.Thread(target=_feed, args=(dsn, schema, stop_feed), daemon=True)
     try:
-        wait_for(lambda: (t := prom.targets_up()) and len(t) == 4 and set(t.values()) == {"up"}, 30,
-                 "all four scrape targets up")
+        wait_for(lambda: (t := prom.targets_up()) and len(t) == 5 and set(t.values()) == {"up"}, 30,
+                 "all five scrape targets up")
+        _sqs_traffic(ports["sqs"])
 
         # -- the workload ---------------------------------------------------------------------
         first = subprocess.run([sys.executable, "-m", "tenure.cli", "enqueue", "noop", "--queue", "live",
@@ -271,7 +295,7 @@ def test_every_panel_and_alert_expression_against_a_live_prometheus(
     before = _stats_json(tenure_env)
     scraped = _scrape(ports["exporter"])
     after = _stats_json(tenure_env)
-    assert set(before) == set(scraped) == set(after) == {"live", "victim"}
+    assert set(before) == set(scraped) == set(after) == {"live", "victim", "sqs-live"}
     for queue, figures in before.items():
         for field, value in figures.items():
             if field.endswith("_seconds"):

@@ -325,3 +325,151 @@ def test_kubeconform_catches_a_bad_jobqueue(kubeconform: str, schema_dir: pathli
     )
     assert proc.returncode != 0
     assert "replicas" in proc.stdout
+
+
+# ------------------------------------------------------------ optional components: ui, sqs
+UI_ON = ("ui.enabled=true", "ui.databaseUrlSecret.name=tenure-db")
+SQS_ON = ("sqs.enabled=true", "sqs.databaseUrlSecret.name=tenure-db",
+          "sqs.credentialsSecret.name=tenure-sqs-credentials")
+
+
+def _one(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+    return found[0]
+
+
+def _container(dep: dict[str, Any]) -> dict[str, Any]:
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    return dict(c)
+
+
+def _assert_hardened(dep: dict[str, Any]) -> None:
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    sc = _container(dep)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    c = _container(dep)
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+    # A read-only root: TENURE_HOME on the writable /tmp emptyDir.
+    assert {"name": "TENURE_HOME", "value": "/tmp/tenure"} in c["env"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+
+
+def _dsn_env(dep: dict[str, Any]) -> dict[str, Any]:
+    (env,) = [e for e in _container(dep)["env"] if e["name"] == "TENURE_DATABASE_URL"]
+    return dict(env["valueFrom"]["secretKeyRef"])
+
+
+def test_components_are_off_by_default(helm: str) -> None:
+    names = {o["metadata"]["name"] for o in docs(render(helm))}
+    assert not {"rel-tenure-ui", "rel-tenure-sqs"} & names
+
+
+def test_ui_defaults_read_only_with_probes_and_hardening(helm: str) -> None:
+    objs = docs(render(helm, sets=UI_ON))
+    dep = _one(objs, "Deployment", "rel-tenure-ui")
+    c = _container(dep)
+    assert c["image"] == "ghcr.io/tenure-dev/tenure:0.1.0"
+    # Read-only by default; no users file unless a Secret is named; served at /.
+    assert c["args"] == ["ui", "--bind", "0.0.0.0:8080", "--read-only"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert _dsn_env(dep) == {"name": "tenure-db", "key": "url"}
+    _assert_hardened(dep)
+    assert [v["name"] for v in dep["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
+    svc = _one(objs, "Service", "rel-tenure-ui")
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert not [o for o in objs if o["kind"] == "Ingress"]
+    # Writable only when asked for.
+    c = _container(_one(docs(render(helm, sets=(*UI_ON, "ui.readOnly=false"))), "Deployment", "rel-tenure-ui"))
+    assert "--read-only" not in c["args"]
+
+
+def test_ui_prefix_users_and_ingress(helm: str) -> None:
+    objs = docs(render(helm, CHART / "ci" / "components-values.yaml"))
+    dep = _one(objs, "Deployment", "rel-tenure-ui")
+    c = _container(dep)
+    assert c["args"] == ["ui", "--bind", "0.0.0.0:8080", "--read-only", "--users", "/etc/tenure-ui/users",
+                         "--prefix", "/tenure"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/tenure/healthz", "port": "http"}
+    assert {"name": "users", "mountPath": "/etc/tenure-ui", "readOnly": True} in c["volumeMounts"]
+    (users,) = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "users"]
+    assert users["secret"]["secretName"] == "tenure-ui-users"
+    assert users["secret"]["items"] == [{"key": "users", "path": "users"}]
+    _assert_hardened(dep)
+    ing = _one(objs, "Ingress", "rel-tenure-ui")
+    assert ing["spec"]["ingressClassName"] == "nginx"
+    assert ing["metadata"]["annotations"] == {"nginx.ingress.kubernetes.io/proxy-buffering": "off"}
+    (rule,) = ing["spec"]["rules"]
+    assert rule["host"] == "tenure.example.com"
+    assert rule["http"]["paths"] == [{"path": "/tenure", "pathType": "Prefix", "backend": {
+        "service": {"name": "rel-tenure-ui", "port": {"name": "http"}}}}]
+    # A trailing slash is dropped, so that the probe path has no double slash.
+    c = _container(_one(docs(render(helm, sets=(*UI_ON, "ui.prefix=/ops/tenure/"))), "Deployment",
+                        "rel-tenure-ui"))
+    assert c["args"][-2:] == ["--prefix", "/ops/tenure"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/ops/tenure/healthz"
+
+
+def test_sqs_deployment_credentials_probes_and_service(helm: str) -> None:
+    objs = docs(render(helm, sets=SQS_ON))
+    dep = _one(objs, "Deployment", "rel-tenure-sqs")
+    c = _container(dep)
+    assert c["args"] == ["sqs", "--bind", "0.0.0.0:9324", "--credentials", "/etc/tenure-sqs/credentials"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert _dsn_env(dep) == {"name": "tenure-db", "key": "url"}
+    assert {"name": "credentials", "mountPath": "/etc/tenure-sqs", "readOnly": True} in c["volumeMounts"]
+    (creds,) = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "credentials"]
+    assert creds["secret"]["secretName"] == "tenure-sqs-credentials"
+    assert creds["secret"]["items"] == [{"key": "credentials", "path": "credentials"}]
+    _assert_hardened(dep)
+    svc = _one(objs, "Service", "rel-tenure-sqs")
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 9324, "targetPort": "http", "protocol": "TCP"}]
+    assert not [o for o in objs if o["kind"] == "ServiceMonitor"]
+    objs = docs(render(helm, CHART / "ci" / "components-values.yaml"))
+    assert _container(_one(objs, "Deployment", "rel-tenure-sqs"))["args"][-2:] == ["--region", "eu-west-1"]
+    mon = _one(objs, "ServiceMonitor", "rel-tenure-sqs")
+    assert mon["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    assert mon["spec"]["selector"]["matchLabels"] == _one(objs, "Service", "rel-tenure-sqs")["spec"]["selector"]
+
+
+def test_each_service_selects_only_its_own_pods(helm: str) -> None:
+    """The operator, UI and SQS pods share the name/instance labels: the component keeps them apart."""
+    objs = docs(render(helm, CHART / "ci" / "components-values.yaml"))
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
+            for d in objs if d["kind"] == "Deployment"}
+    assert set(pods) == {"rel-tenure", "rel-tenure-ui", "rel-tenure-sqs"}
+    owner = {"rel-tenure-health": "rel-tenure", "rel-tenure-ui": "rel-tenure-ui", "rel-tenure-sqs": "rel-tenure-sqs"}
+    for svc in (o for o in objs if o["kind"] == "Service"):
+        selector = svc["spec"]["selector"].items()
+        selected = [name for name, labels in pods.items() if selector <= labels.items()]
+        assert selected == [owner[svc["metadata"]["name"]]], (svc["metadata"]["name"], selected)
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("ui.enabled=true",), "ui.databaseUrlSecret.name"),
+        (("sqs.enabled=true", "sqs.credentialsSecret.name=c"), "sqs.databaseUrlSecret.name"),
+        (("sqs.enabled=true", "sqs.databaseUrlSecret.name=db"), "sqs.credentialsSecret.name"),
+        ((*UI_ON, "ui.prefix=tenure"), "prefix"),
+        ((*SQS_ON, "sqs.accountId=12"), "accountId"),
+    ],
+    ids=["ui-no-dsn", "sqs-no-dsn", "sqs-no-credentials", "ui-relative-prefix", "sqs-bad-account"],
+)
+def test_components_refuse_incomplete_values(helm: str, sets: tuple[str, ...], message: str) -> None:
+    cmd = [helm, "template", "rel", str(CHART)]
+    for s in sets:
+        cmd += ["--set", s]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0, proc.stdout[:500]
+    assert message in proc.stderr, proc.stderr

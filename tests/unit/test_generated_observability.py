@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from tenure.core.errors import ConfigError
 from tenure.observability import generate
@@ -21,7 +22,9 @@ from tenure.observability.alerts import (
     render_rules,
     runbook_anchor,
 )
+from tenure.observability.dashboard_sqs import SQS_METRICS, SQS_ROW_TITLE
 from tenure.observability.dashboards import DASHBOARD_UIDS, build_dashboards, render_dashboard
+from tenure.sqs.metrics import SqsMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_STEMS = ("overview", "lease-health", "retries-dedup")
@@ -295,13 +298,28 @@ def test_dashboard_template_variables(stem: str) -> None:
     assert queue["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
 
 
+def _sqs_row(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """The panels under the overview's "SQS API" row (up to the next row or the end)."""
+    panels = dashboard["panels"]
+    start = next(i for i, p in enumerate(panels) if p["type"] == "row" and p["title"] == SQS_ROW_TITLE)
+    rest = panels[start + 1:]
+    end = next((i for i, p in enumerate(rest) if p["type"] == "row"), len(rest))
+    return rest[:end]
+
+
 @pytest.mark.parametrize("stem", DASHBOARD_STEMS)
 def test_every_panel_query_filters_by_queue(stem: str) -> None:
-    panels = _committed_dashboards()[stem]["panels"]
+    dashboard = _committed_dashboards()[stem]
+    panels = dashboard["panels"]
     assert len(panels) >= 4
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids))
+    sqs_ids = {p["id"] for p in _sqs_row(dashboard)} if stem == "overview" else set()
     for panel in panels:
+        if panel["type"] == "row":
+            assert panel["targets"] == [] and panel["collapsed"] is False, panel["title"]
+            assert panel["gridPos"] == {"h": 1, "w": 24, "x": 0, "y": panel["gridPos"]["y"]}
+            continue
         assert panel["targets"], panel["title"]
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         assert {"h", "w", "x", "y"} <= set(panel["gridPos"])
@@ -311,6 +329,10 @@ def test_every_panel_query_filters_by_queue(stem: str) -> None:
             assert selectors, f"{panel['title']}: no tenure metric in {expr}"
             for match in selectors:
                 if match.group(1) in SCHEMA_WIDE_METRICS:
+                    continue
+                if panel["id"] in sqs_ids:  # `tenure sqs` metrics: no queue label, and only there
+                    assert match.group(1).removesuffix("_bucket") in SQS_METRICS, (panel["title"], expr)
+                    assert "$queue" not in (match.group(2) or ""), (panel["title"], expr)
                     continue
                 assert match.group(2) and 'queue=~"$queue"' in match.group(2), (
                     f"{panel['title']}: {match.group(0)} lacks the queue filter"
@@ -346,6 +368,48 @@ def test_dashboards_cover_the_requested_panels() -> None:
                    "tenure_jobs_dead_lettered_total"):
         assert metric in retries
     assert "error_code" in retries and "source" in retries
+
+
+@pytest.mark.parametrize("stem", DASHBOARD_STEMS)
+def test_panels_do_not_overlap_and_fit_the_grid(stem: str) -> None:
+    cells: dict[tuple[int, int], str] = {}
+    for panel in _committed_dashboards()[stem]["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = panel["title"]
+
+
+def test_overview_has_an_sqs_api_row_charting_every_sqs_metric() -> None:
+    dashboard = _committed_dashboards()["overview"]
+    row = next(p for p in dashboard["panels"] if p["type"] == "row" and p["title"] == SQS_ROW_TITLE)
+    assert row["id"] > max(p["id"] for p in dashboard["panels"] if p["type"] != "row"
+                          and not p["title"].startswith("SQS"))  # below the queue panels
+    panels = _sqs_row(dashboard)
+    assert len(panels) >= 4 and all(p["gridPos"]["y"] > row["gridPos"]["y"] for p in panels)
+    exprs = {t["expr"] for p in panels for t in p["targets"]}
+    joined = "\n".join(exprs)
+    # The metrics tenure sqs really exports, from its own registry: each one is charted.
+    registry = CollectorRegistry()
+    SqsMetrics(registry, ["ReceiveMessage"], lambda: 0)
+    exported = {m.name for m in registry.collect()}
+    assert {n.removesuffix("_total") for n in SQS_METRICS} == exported
+    for name in SQS_METRICS:
+        assert name in joined, name
+    # request rate by action, error rate by error shape, p95 latency by action, long polls
+    assert "sum by (action) (rate(tenure_sqs_requests_total[$__rate_interval]))" in exprs
+    assert any('outcome!="ok"' in e and e.startswith("sum by (outcome") for e in exprs)
+    assert ("histogram_quantile(0.95, sum by (action, le) "
+            "(rate(tenure_sqs_request_duration_seconds_bucket[$__rate_interval])))") in exprs
+    assert any(e.startswith("sum(tenure_sqs_long_polls_waiting") for e in exprs)
+    units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in panels}
+    assert units["SQS latency p95 by action"] == "s" and units["SQS error share"] == "percentunit"
+    # no other dashboard uses the SQS metrics, and no SQS panel sits outside the row
+    others = "\n".join(t["expr"] for stem, d in _committed_dashboards().items() for p in d["panels"]
+                        for t in p["targets"] if stem != "overview" or p not in panels)
+    assert "tenure_sqs_" not in others
 
 
 def test_dashboard_thresholds_follow_alert_settings() -> None:

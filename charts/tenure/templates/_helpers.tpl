@@ -109,3 +109,53 @@ exporter.py) or in kopf itself:
   resources: ["events"]
   verbs: ["create"]
 {{- end }}
+
+{{/*
+Labels of an optional component (ui, sqs): the operator's selector labels with another
+app.kubernetes.io/component, so that neither Service selects the other's (or the operator's) pods.
+Call with (dict "ctx" $ "component" "ui").
+*/}}
+{{- define "tenure.componentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "tenure.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "tenure.componentLabels" -}}
+helm.sh/chart: {{ include "tenure.chart" .ctx }}
+{{ include "tenure.componentSelectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: tenure
+{{- end }}
+
+{{/* The UI's path prefix without a trailing slash ("" serves at /). */}}
+{{- define "tenure.ui.prefix" -}}
+{{- .Values.ui.prefix | trimSuffix "/" }}
+{{- end }}
+
+{{/*
+TENURE_DATABASE_URL from the Secret a component names (ui.databaseUrlSecret,
+sqs.databaseUrlSecret), and TENURE_SCHEMA when set. Without a Secret `tenure` would start an
+embedded PostgreSQL in the pod, so rendering fails instead. Call with
+(dict "ctx" $ "component" "ui" "values" .Values.ui).
+*/}}
+{{- define "tenure.componentDatabaseEnv" -}}
+{{- $secret := .values.databaseUrlSecret | default dict }}
+{{- if not $secret.name }}
+{{- fail (printf "%s.enabled=true needs %s.databaseUrlSecret.name: a Secret whose key %s.databaseUrlSecret.key (default url) holds the PostgreSQL DSN" .component .component .component) }}
+{{- end -}}
+- name: TENURE_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret.name | quote }}
+      key: {{ $secret.key | default "url" | quote }}
+{{- with .values.schema }}
+- name: TENURE_SCHEMA
+  value: {{ . | quote }}
+{{- end }}
+- name: TENURE_HOME
+  value: /tmp/tenure
+- name: PYTHONUNBUFFERED
+  value: "1"
+{{- end }}

@@ -89,13 +89,12 @@ def _tcp_options(dsn: str) -> dict[str, int]:
     return {k: v for k, v in wanted.items() if k not in given}
 
 
-def connect(dsn: str, *, autocommit: bool = True, application_name: str = "tenure") -> Connection:
-    """A dict-row connection; autocommit so each named query is its own transaction.
-
-    TCP keepalives and ``tcp_user_timeout`` (see the module docstring) are added unless the DSN
-    sets them; a DSN's own ``connect_timeout`` wins over :data:`CONNECT_TIMEOUT_DEFAULT`.
-    """
-    validate_dsn(dsn)
+def connection_options(dsn: str) -> dict[str, int | str]:
+    """What every tenure connection adds to ``dsn`` unless the DSN sets it itself: TCP keepalives
+    and ``tcp_user_timeout`` (see the module docstring), ``connect_timeout``
+    (:data:`CONNECT_TIMEOUT_DEFAULT`) and ``client_encoding=UTF8``. :func:`connect` uses it; a
+    ``psycopg_pool.ConnectionPool`` takes it as ``kwargs``, so that its connections behave alike
+    (on a SQL_ASCII database they would otherwise read every text column as bytes)."""
     options: dict[str, int | str] = dict(_tcp_options(dsn))
     given = psycopg.conninfo.conninfo_to_dict(dsn)
     if "connect_timeout" not in given:
@@ -105,6 +104,14 @@ def connect(dsn: str, *, autocommit: bool = True, application_name: str = "tenur
     # column as bytes, and no task name or queue would match.
     if "client_encoding" not in given:
         options["client_encoding"] = "UTF8"
+    return options
+
+
+def connect(dsn: str, *, autocommit: bool = True, application_name: str = "tenure") -> Connection:
+    """A dict-row connection; autocommit so each named query is its own transaction, with
+    :func:`connection_options` (a DSN's own settings win)."""
+    validate_dsn(dsn)
+    options = connection_options(dsn)
     conninfo = psycopg.conninfo.make_conninfo(dsn, application_name=application_name, **options)
     conn = psycopg.connect(conninfo, autocommit=autocommit, row_factory=dict_row)
     set_json_loads(_json_loads, conn)

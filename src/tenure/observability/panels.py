@@ -3,13 +3,14 @@
 
 Every query built with :func:`sel`, :func:`rate` or :func:`quantile` carries the
 ``queue=~"$queue"`` filter of the dashboards' queue variable; every panel reads the
-``datasource`` variable. Limits: two panel kinds (time series and heatmap) and a fixed look
-(legend table, multi tooltip, y axis from 0); the dashboards themselves live in
-:mod:`.dashboards`.
+``datasource`` variable. Limits: two panel kinds (time series and heatmap), expanded rows
+only (a :class:`Section`), and a fixed look (legend table, multi tooltip, y axis from 0); the
+dashboards themselves live in :mod:`.dashboards`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from grafanalib.core import (
     Dashboard,
     GridPos,
     Heatmap,
+    RowPanel,
     Target,
     Template,
     Templating,
@@ -172,18 +174,38 @@ def _templating() -> Any:
     return Templating(list=[datasource, queue])
 
 
-def layout_dashboard(uid: str, title: str, description: str, specs: list[PanelSpec]) -> Any:
-    """A dashboard of ``specs`` laid out left to right in rows of 24 columns, ids from 1."""
+@dataclass(frozen=True)
+class Section:
+    """A titled Grafana row (expanded) and the panels under it."""
+
+    title: str
+    specs: list[PanelSpec]
+
+
+def layout_dashboard(uid: str, title: str, description: str, specs: list[PanelSpec],
+                     sections: Sequence[Section] = ()) -> Any:
+    """A dashboard of ``specs`` laid out left to right in rows of 24 columns, ids from 1, then
+    each of ``sections``: a row header (a Grafana ``row`` panel, no query) and its panels."""
     panels: list[Any] = []
     x = y = 0
     row_height = 0
-    for panel_id, spec in enumerate(specs, start=1):
-        if x + spec.width > 24:
-            x, y = 0, y + row_height
-            row_height = 0
-        panels.append(_panel(spec, panel_id, x, y))
-        x += spec.width
-        row_height = max(row_height, spec.height)
+    panel_id = 0
+    for header, group in [(None, specs), *((s.title, s.specs) for s in sections)]:
+        if header is not None:
+            y += row_height
+            x, row_height = 0, 0
+            panel_id += 1
+            panels.append(RowPanel(title=header, gridPos=GridPos(h=1, w=24, x=0, y=y), id=panel_id,
+                                   collapsed=False))
+            y += 1
+        for spec in group:
+            if x + spec.width > 24:
+                x, y = 0, y + row_height
+                row_height = 0
+            panel_id += 1
+            panels.append(_panel(spec, panel_id, x, y))
+            x += spec.width
+            row_height = max(row_height, spec.height)
     return Dashboard(
         title=title,
         description=description,

@@ -240,16 +240,12 @@ def receive_once(call: Call, req: ReceiveRequest) -> list[Reply]:
 
 
 def _receive(call: Call, req: ReceiveRequest, repo: Repository) -> list[Reply]:
-    name = req.queue["name"]
+    """Expired visibility first (redrive past maxReceiveCount), the claim (the FIFO lane on a
+    FIFO queue) and the first receives: one round trip (:meth:`Repository.sqs_receive`)."""
     target = p.redrive_target(req.queue["attributes"])
-    repo.sqs_expire(name, WORKER_ID, target[0] if target else None, target[1] if target else None)
-    if req.queue["fifo"]:
-        with repo.conn.transaction():
-            repo.sqs_fifo_lock(name, "receive")
-            jobs = repo.sqs_fifo_claim(WORKER_ID, name, req.limit, float(req.visibility))
-    else:
-        jobs = repo.claim(WORKER_ID, [name], req.limit, float(req.visibility))
-    times = repo.sqs_first_receive([j.id for j in jobs])
+    jobs, times = repo.sqs_receive(WORKER_ID, req.queue["name"], req.limit, float(req.visibility),
+                                   fifo=bool(req.queue["fifo"]), dlq=target[0] if target else None,
+                                   max_receive=target[1] if target else None)
     if jobs and req.visibility == 0:  # received, and visible again at once
         repo.sqs_change_visibility(WORKER_ID, [(j.id, j.lock_token, 0.0) for j in jobs], VISIBILITY_CAP_SECONDS)
     return [_message(call, req, j, times.get(j.id, (0, 0))) for j in jobs]

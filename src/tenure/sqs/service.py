@@ -19,7 +19,7 @@ import psycopg
 from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
-from tenure.core.db import connect
+from tenure.core.db import connect, connection_options
 from tenure.core.repository import Repository
 from tenure.core.repository.specs import Row
 from tenure.sqs.auth import Credential
@@ -131,7 +131,8 @@ class SqsService:
         self.config = config
         self.pool: ConnectionPool[Any] = ConnectionPool(
             config.dsn, min_size=1, max_size=config.pool_size, open=False, name="tenure-sqs",
-            kwargs={"autocommit": True, "application_name": "tenure-sqs"}, connection_class=psycopg.Connection)
+            kwargs={**connection_options(config.dsn), "autocommit": True, "application_name": "tenure-sqs"},
+            connection_class=psycopg.Connection)
         self.key = b""
         self.wakeups = Wakeups(config)
         self.queue_cache: dict[str, tuple[float, Row]] = {}

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from tenure.core.db import connect
+from tenure.core.db import connect, connection_options
 from tenure.core.repository import Repository
 from tenure.ui.auth import Authenticator, load_users
 from tenure.ui.config import UiConfig
@@ -126,7 +126,8 @@ class UiService:
         timeout_ms = int(config.statement_timeout_seconds * 1000)
         self.pool: ConnectionPool[Any] = ConnectionPool(
             config.dsn, min_size=1, max_size=config.pool_size, open=False, name="tenure-ui",
-            kwargs={"autocommit": True, "application_name": "tenure-ui", "options": f"-c statement_timeout={timeout_ms}"},
+            kwargs={**connection_options(config.dsn), "autocommit": True, "application_name": "tenure-ui",
+                    "options": f"-c statement_timeout={timeout_ms}"},
             connection_class=psycopg.Connection)
         self.feed = ChangeFeed(config)
 

@@ -1,19 +1,20 @@
 """The queries of `tenure sqs` (issue 25): SQS queues, their messages (jobs), FIFO deduplication and
-the fenced visibility change. Receiving goes through :meth:`LeaseQueries.claim` (standard queues)
-or :meth:`SqsQueries.sqs_fifo_claim` (the FIFO lane); deleting through
-:meth:`LeaseQueries.complete_many`, so SQS traffic is audited like any worker's."""
+the fenced visibility change. Receiving (:meth:`SqsQueries.sqs_receive`, one round trip) claims
+with ``job_claim``, a worker's claim (standard queues), or ``sqs_fifo_claim`` (the FIFO lane);
+deleting goes through :meth:`LeaseQueries.complete_many`, so SQS traffic is audited like any
+worker's."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from psycopg.rows import tuple_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from tenure.core.repository.base import RepositoryBase
-from tenure.core.repository.lease import ClaimedJob, LeaseQueries
+from tenure.core.repository.lease import PRIORITY_AGING_DEFAULT, ClaimedJob, LeaseQueries
 from tenure.core.repository.specs import Row
 
 SQS_TASK = "sqs.message"
@@ -94,14 +95,44 @@ class SqsQueries(RepositoryBase):
         assert row is not None
         return row
 
-    def sqs_fifo_claim(self, worker_id: str, queue: str, limit: int, lease: float) -> list[ClaimedJob]:
-        """The FIFO lane (call inside a transaction holding ``sqs_fifo_lock(queue, "receive")``)."""
-        with self.conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(self._q["sqs_fifo_claim"], {"queue": queue, "limit": limit, "lease": float(lease),
-                                                    "worker_id": worker_id})
+    def sqs_receive(self, worker_id: str, queue: str, limit: int, lease: float, *, fifo: bool,
+                    dlq: str | None, max_receive: int | None) -> tuple[list[ClaimedJob], dict[int, tuple[int, int]]]:
+        """One ReceiveMessage attempt in one round trip: the claimed messages and ``{job id:
+        (first receive, sent)}`` in epoch ms.
+
+        Three statements (four on a FIFO queue) go in one pipeline with one Sync, so on this
+        autocommit connection they run as one implicit transaction: the expired visibility
+        timeouts of the queue first (``sqs_message_expire``, redrive to ``dlq`` past
+        ``max_receive``), then the claim (``job_claim`` ungated, or ``sqs_fifo_lock`` and
+        ``sqs_fifo_claim``, the advisory lock held to the commit), then the first receives of
+        what this transaction claimed (``sqs_message_first_receive_claimed``: its rows are
+        those whose ``started_at`` is the transaction's ``now()``). A failure rolls back all
+        three. The connection must be idle, in autocommit.
+
+        A queue with a global running limit makes the ungated claim take nothing and say so;
+        the expiry has then committed and the claim runs gated (:meth:`LeaseQueries.claim`),
+        its first receives by id: a few more round trips, on limited queues only."""
+        base = {"queue": queue, "worker_id": worker_id}
+        claim = {"queues": [queue], "limit": limit, "lease": float(lease), "worker_id": worker_id,
+                 "aging": PRIORITY_AGING_DEFAULT, "gated": False}
+        with (self.conn.cursor() as expire, self.conn.cursor() as lock,
+              self.conn.cursor(row_factory=tuple_row) as cur, self.conn.cursor(row_factory=dict_row) as firsts):
+            with self.conn.pipeline():
+                expire.execute(self._q["sqs_message_expire"], {**base, "dlq": dlq, "max_receive": max_receive})
+                if fifo:
+                    lock.execute(self._q["sqs_fifo_lock"], {"queue": queue, "lane": "receive"})
+                    cur.execute(self._q["sqs_fifo_claim"], {**base, "limit": limit, "lease": float(lease)})
+                else:
+                    cur.execute(self._q["job_claim"], claim)
+                firsts.execute(self._q["sqs_message_first_receive_claimed"], base)
             rows = cur.fetchall()
             LeaseQueries._check_claim_columns(cur.description)
-        return LeaseQueries._claimed(rows)
+            times = {int(r["job_id"]): (int(r["first_ms"]), int(r["sent_ms"])) for r in firsts.fetchall()}
+        if rows and rows[-1][0] is None:  # the ungated claim's marker: a running limit applies
+            jobs = cast(LeaseQueries, self).claim(worker_id, [queue], limit, lease)  # Repository has both
+            return jobs, self.sqs_first_receive([j.id for j in jobs])
+        jobs = LeaseQueries._claimed(rows)
+        return jobs, {j.id: times[j.id] for j in jobs if j.id in times}
 
     def sqs_first_receive(self, ids: Sequence[int]) -> dict[int, tuple[int, int]]:
         """``{job id: (first receive, sent)}`` in epoch ms, recording the first receive of

@@ -1096,6 +1096,25 @@ SELECT f.job_id, (extract(epoch FROM f.first_received_at) * 1000)::bigint AS fir
        (extract(epoch FROM j.created_at) * 1000)::bigint AS sent_ms
 FROM firsts f JOIN {schema}.jobs j ON j.id = f.job_id;
 
+-- name: sqs_message_first_receive_claimed
+-- Record the first receive of the messages of a queue that this transaction claimed (started_at is now(), the transaction's start), sent after the claim in the same pipeline; returns each one's first receive and send times in epoch ms.
+-- A row another transaction claimed at the very same microsecond may be included (its first receive,
+-- if new, is then recorded at its own start time); the caller keeps only the ids it claimed.
+WITH claimed AS (
+    SELECT id, created_at FROM {schema}.jobs
+    WHERE queue_name = %(queue)s AND status = 'running' AND started_at = now() AND locked_by = %(worker_id)s
+), ins AS (
+    INSERT INTO {schema}.sqs_receipts (job_id)
+    SELECT id FROM claimed ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id, first_received_at
+)
+SELECT c.id AS job_id,
+       (extract(epoch FROM coalesce(i.first_received_at, r.first_received_at, now())) * 1000)::bigint AS first_ms,
+       (extract(epoch FROM c.created_at) * 1000)::bigint AS sent_ms
+FROM claimed c
+LEFT JOIN ins i ON i.job_id = c.id
+LEFT JOIN {schema}.sqs_receipts r ON r.job_id = c.id;
+
 -- name: sqs_message_visibility
 -- Change the visibility timeout (the lease) of received messages, each a CAS on its token, capped at `cap` seconds after the first receive; 0 makes a message visible at once. Outcome per message: changed, capped or stale.
 WITH input AS (
