@@ -8,9 +8,7 @@ import http.client
 import json
 import re
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,25 +16,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from support.processes import start_server
+
 URL = re.compile(r"ui listening on (http://\S+?)/?\s")
 
 
 def start_ui(env: dict[str, str], log: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
     """``tenure ui ARGS --bind 127.0.0.1:0``; the process and its base URL (with the prefix,
     no trailing slash) once it listens."""
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tenure.cli", "ui", "--bind", "127.0.0.1:0", *args],
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        match = URL.search(log.read_text(errors="replace"))
-        if match:
-            return proc, match.group(1).rstrip("/")
-        if proc.poll() is not None:
-            raise AssertionError(f"tenure ui exited {proc.returncode}: {log.read_text()}")
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(f"tenure ui did not start: {log.read_text()}")
+    proc, url = start_server(env, log, ["ui", "--bind", "127.0.0.1:0", *args], URL)
+    return proc, url.rstrip("/")
 
 
 @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,3 +60,22 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_server(env: dict[str, str], log: Path, args: list[str], banner: re.Pattern[str],
+                 timeout: float = 30) -> tuple[subprocess.Popen[bytes], str]:
+    """``tenure ARGS`` as a server process logging to ``log``; the process and the first group of
+    ``banner`` (its URL) once the log shows it. Fails with the log if it exits or never says so."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tenure.cli", *args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = banner.search(log.read_text(errors="replace"))
+        if match:
+            return proc, match.group(1)
+        if proc.poll() is not None:
+            raise AssertionError(f"tenure {args[0]} exited {proc.returncode}: {log.read_text()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"tenure {args[0]} did not start: {log.read_text()}")

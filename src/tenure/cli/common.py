@@ -150,3 +150,28 @@ def listen_socket(bind: str) -> socket.socket:
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
+
+
+def serve_asgi(label: str, service: Any, app: Any, bind: str, *, path: str = "", graceful_seconds: float = 5) -> None:
+    """Serve a `tenure ui` or `tenure sqs` app: open ``service`` first (a database it cannot
+    open is a ConfigError, exit 2), listen on ``bind``, print ``LABEL listening on
+    http://HOST:PORT{path}`` once connections are accepted, and serve until SIGTERM or SIGINT
+    (open requests get ``graceful_seconds`` to finish). The app's lifespan closes the service."""
+    import uvicorn
+    from psycopg_pool import PoolTimeout
+
+    try:
+        service.open()
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        service.close()
+        raise ConfigError(f"cannot open the database: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+    except BaseException:
+        service.close()
+        raise
+    sock = listen_socket(bind)
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                           timeout_graceful_shutdown=int(graceful_seconds)))
+    shown = f"[{host}]" if ":" in host else host
+    print(f"{label} listening on http://{shown}:{port}{path}", flush=True)
+    server.run(sockets=[sock])

@@ -11,10 +11,7 @@ import argparse
 import logging
 from typing import Any
 
-import psycopg
-
-from tenure.cli.common import command, listen_socket
-from tenure.core.errors import ConfigError
+from tenure.cli.common import command, serve_asgi
 from tenure.sqs.auth import load_credentials
 from tenure.sqs.service import ACCOUNT_DEFAULT, BIND_DEFAULT, REGION_DEFAULT, SqsConfig, SqsService
 
@@ -35,8 +32,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_sqs(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from tenure.sqs.app import build_app
 
     credentials = load_credentials(args.credentials) if args.credentials else None
@@ -46,28 +41,5 @@ def cmd_sqs(args: argparse.Namespace) -> int:
     if credentials is None:
         log.warning("tenure sqs: --no-auth: every request is accepted unsigned; bind to a trusted network only")
     service = SqsService(config)
-    try:
-        service.open()
-    except psycopg_errors() as exc:
-        service.close()
-        raise ConfigError(f"cannot open the database: {str(exc).splitlines()[0]}") from None
-    except BaseException:
-        service.close()
-        raise
-    sock = listen_socket(config.bind)
-    host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(build_app(service), log_level="warning", access_log=False,
-                                           lifespan="on", timeout_graceful_shutdown=5))
-    shown = f"[{host}]" if ":" in host else host
-    print(f"sqs listening on http://{shown}:{port}", flush=True)
-    server.run(sockets=[sock])
+    serve_asgi("sqs", service, build_app(service), config.bind)
     return 0
-
-
-def psycopg_errors() -> tuple[type[BaseException], ...]:
-    return (psycopg.OperationalError, psycopg_pool_timeout())
-
-
-def psycopg_pool_timeout() -> type[BaseException]:
-    from psycopg_pool import PoolTimeout
-    return PoolTimeout

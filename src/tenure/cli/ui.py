@@ -11,10 +11,7 @@ import argparse
 import logging
 from typing import Any
 
-import psycopg
-
-from tenure.cli.common import command, listen_socket
-from tenure.core.errors import ConfigError
+from tenure.cli.common import command, serve_asgi
 from tenure.ui.config import BIND_DEFAULT, UiConfig, normalise_prefix
 
 ORDER = 56
@@ -34,8 +31,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from tenure.ui.app import build_app
     from tenure.ui.service import UiService
 
@@ -45,26 +40,5 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if not config.users_file and not config.trusted_user_header and not config.read_only:
         log.warning("tenure ui: no --users and no --trusted-user-header: whoever can connect may change jobs")
     service = UiService(config)
-    try:
-        service.open()
-    except (psycopg.OperationalError, _pool_timeout()) as exc:
-        service.close()
-        raise ConfigError(f"cannot open the database: {str(exc).splitlines()[0]}") from None
-    except BaseException:
-        service.close()
-        raise
-    service.close()  # the app's lifespan opens it again in the server's loop
-    service = UiService(config)
-    sock = listen_socket(config.bind)
-    host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(build_app(service), log_level="warning", access_log=False,
-                                           lifespan="on", timeout_graceful_shutdown=3))
-    shown = f"[{host}]" if ":" in host else host
-    print(f"ui listening on http://{shown}:{port}{config.prefix}/", flush=True)
-    server.run(sockets=[sock])
+    serve_asgi("ui", service, build_app(service), config.bind, path=f"{config.prefix}/", graceful_seconds=3)
     return 0
-
-
-def _pool_timeout() -> type[BaseException]:
-    from psycopg_pool import PoolTimeout
-    return PoolTimeout

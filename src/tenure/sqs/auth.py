@@ -23,9 +23,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote
 
+from tenure.core.colon_file import colon_lines
 from tenure.core.errors import ConfigError
 from tenure.sqs.errors import SqsError
 
@@ -46,18 +46,8 @@ class Credential:
 
 def load_credentials(path: str) -> dict[str, Credential]:
     """Parse the credentials file; ConfigError names the file and line of the first bad line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read --credentials {path}: {exc}") from None
     creds: dict[str, Credential] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split(":")
-        if len(parts) != 3 or not all(parts):
-            raise ConfigError(f"{path}:{lineno}: expected ACCESS_KEY_ID:SECRET_ACCESS_KEY:QUEUE_GLOB[,QUEUE_GLOB...]")
+    for lineno, parts in colon_lines(path, "--credentials", "ACCESS_KEY_ID:SECRET_ACCESS_KEY:QUEUE_GLOB[,QUEUE_GLOB...]"):
         key_id, secret, globs = parts
         if not _KEY_ID.match(key_id):
             raise ConfigError(f"{path}:{lineno}: invalid access key id {key_id!r}")

@@ -31,8 +31,8 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
+from tenure.core.colon_file import colon_lines
 from tenure.core.errors import ConfigError
 
 ROLES = ("admin", "viewer")
@@ -69,18 +69,8 @@ class Identity:
 
 def load_users(path: str) -> dict[str, User]:
     """Parse the users file; ConfigError names the file and line of the first bad line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read --users {path}: {exc}") from None
     users: dict[str, User] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split(":")
-        if len(parts) != 3:
-            raise ConfigError(f"{path}:{lineno}: expected USER:BCRYPT_HASH:ROLE")
+    for lineno, parts in colon_lines(path, "--users", "USER:BCRYPT_HASH:ROLE"):
         name, hashed, role = parts
         if not _USER.match(name):
             raise ConfigError(f"{path}:{lineno}: invalid user name {name!r}")

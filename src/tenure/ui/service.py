@@ -130,12 +130,16 @@ class UiService:
                     "options": f"-c statement_timeout={timeout_ms}"},
             connection_class=psycopg.Connection)
         self.feed = ChangeFeed(config)
+        self.opened = False
 
     def open(self) -> None:
-        """Open the pool; the schema must be current."""
+        """Open the pool; the schema must be current. Idempotent."""
+        if self.opened:
+            return
         self.pool.open(wait=True, timeout=30)
         with self.repo() as repo:
             repo.check_schema()
+        self.opened = True
 
     def close(self) -> None:
         self.feed.close()
