@@ -73,23 +73,26 @@ class SchemaQueries(RepositoryBase):
         """
         applied: list[int] = []
         known = migrations()
-        with self.conn.transaction():
-            self._rows("migration_lock", {"schema": self.schema})
-            self._rows("migration_schema_create")
-            current = self.schema_version()
-            if current > len(known):
-                raise SchemaTooNewError(
-                    f"schema {self.schema!r} is at version {current} but this tenure knows "
-                    f"{len(known)}: upgrade tenure")
-            for version, name, sql in known:
-                if version <= current:
-                    continue
+        while True:
+            # One transaction per migration, each under the lock: a later migration may use what
+            # an earlier one added (an enum value, say) only once that is committed.
+            with self.conn.transaction():
+                self._rows("migration_lock", {"schema": self.schema})
+                self._rows("migration_schema_create")
+                current = self.schema_version()
+                if current > len(known):
+                    raise SchemaTooNewError(
+                        f"schema {self.schema!r} is at version {current} but this tenure knows "
+                        f"{len(known)}: upgrade tenure")
+                pending = [m for m in known if m[0] > current]
+                if not pending:
+                    return applied
+                version, name, sql = pending[0]
                 self._rows("migration_search_path")
                 with self.conn.cursor() as cur:
                     cur.execute(sql.encode())  # a numbered migration file from sql/migrations
                 self._rows("migration_record", {"version": version, "name": name})
                 applied.append(version)
-        return applied
 
     def apply_schema_file(self, sql: str) -> None:
         """Create the schema from ``schema.sql`` directly (tests compare it with the migrations)."""
