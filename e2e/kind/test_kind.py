@@ -594,13 +594,15 @@ def test_observability_in_cluster(cluster: Cluster) -> None:
     names = {r["name"] for g in rules for r in g["rules"]}
     assert "TenureExpiredLeases" in names and len(names) >= 10, names
 
-    # Every dashboard panel returns data from this Prometheus (at least one of its queries).
+    # Every dashboard panel returns data from this Prometheus (at least one of its queries),
+    # except the SQS API row: the chart's sqs component is not deployed in this scenario (the
+    # live Prometheus test in tests/prometheus checks that row against a real tenure sqs).
     empty = []
     checked = 0
     for board in sorted((ROOT / "dashboards").glob("*.json")):
         for panel in json.loads(board.read_text()).get("panels", []):
             exprs = [t["expr"] for t in panel.get("targets", []) if t.get("expr")]
-            if not exprs:
+            if not exprs or all("tenure_sqs_" in e for e in exprs):
                 continue
             checked += 1
             ok = False
