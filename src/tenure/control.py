@@ -254,14 +254,19 @@ class ReplayReport:
 def replay_matching(conn: psycopg.Connection[Any], flt: JobFilter, *, schema: str = "tenure", rate: float,
                     dry_run: bool = False, requested_by: str | None = None,
                     validate: Callable[[dict[str, Any]], str | None] | None = None,
-                    limit: int = BULK_MAX_DEFAULT) -> ReplayReport:
-    """Replay the dead-lettered jobs matching ``flt`` the way `tenure dlq replay` does: small
-    batches, at most ``rate`` jobs per second, only jobs still in the DLQ move (safe to
-    interrupt and repeat). ``dry_run`` walks the same batches and writes nothing."""
+                    limit: int = BULK_MAX_DEFAULT, ids: Sequence[int] | None = None) -> ReplayReport:
+    """Replay the dead-lettered jobs matching ``flt`` (or, given ``ids``, those of them still
+    dead-lettered) the way `tenure dlq replay` does: small batches, at most ``rate`` jobs per
+    second over the whole set, only jobs still in the DLQ move (safe to interrupt and repeat).
+    ``dry_run`` walks the same batches and writes nothing."""
     if not rate > 0:
         raise ConfigError("rate must be positive")
     repo = Repository(conn, schema)
-    ids = matching_ids(repo, flt, ("failed",), bound=repo.job_newest_id(), limit=limit)
+    if ids is not None:
+        found = repo.job_statuses(sorted(set(ids)))
+        ids = [i for i, row in found.items() if row["status"] == "failed"]
+    else:
+        ids = matching_ids(repo, flt, ("failed",), bound=repo.job_newest_id(), limit=limit)
     who = requested_by or default_requester()
     batch = max(1, min(10, int(rate // 5)))
     replayed: list[int] = []

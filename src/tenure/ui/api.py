@@ -20,6 +20,7 @@ from croniter import croniter
 
 from tenure import control
 from tenure.core.errors import ConfigError
+from tenure.core.redaction import Redaction
 from tenure.core.repository import JobFilter
 from tenure.job_document import job_document
 from tenure.ui.auth import Identity
@@ -120,15 +121,10 @@ def jobs(call: Call) -> dict[str, Any]:
         rows = repo.job_browse(flt, before_id=cursor, limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
-    redaction = control_redaction()
+    redaction = Redaction()
     for r in rows:
         r["payload"] = redaction.payload(r.get("payload"))
     return {"jobs": rows, "next_cursor": str(rows[-1]["id"]) if more and rows else None}
-
-
-def control_redaction() -> Any:
-    from tenure.core.redaction import Redaction
-    return Redaction()
 
 
 def jobs_count(call: Call) -> dict[str, Any]:
@@ -201,27 +197,15 @@ def _bulk_ids(conn: Any, call: Call, action: str, ids: list[int], *, dry_run: bo
 def dlq_replay(call: Call) -> dict[str, Any]:
     """``{"filter": {...}, "dry_run": bool, "rate": R}`` (or ``"ids"``): replay dead letters."""
     flt, ids = _target(call.body)
-    if ids is not None:
-        flt = JobFilter()
     rate = call.body.get("rate", REPLAY_RATE_DEFAULT)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= REPLAY_RATE_MAX:
         raise ApiError(400, f"rate must be a number of jobs per second, above 0 and at most {REPLAY_RATE_MAX:g}")
     dry_run = _bool(call.body, "dry_run")
     with call.service.connection() as conn:
-        if ids is not None:
-            report = _replay_ids(conn, call, ids, float(rate), dry_run)
-        else:
-            report = control.replay_matching(conn, flt, schema=call.schema, rate=float(rate), dry_run=dry_run,
-                                             requested_by=call.who)
+        report = control.replay_matching(conn, flt, schema=call.schema, rate=float(rate), dry_run=dry_run,
+                                         requested_by=call.who, ids=ids)
     return {"matched": report.matched, "replayed": len(report.replayed), "replayed_ids": report.replayed[:1000],
             "skipped": [{"id": i, "why": why} for i, why in report.skipped[:1000]], "dry_run": dry_run}
-
-
-def _replay_ids(conn: Any, call: Call, ids: list[int], rate: float, dry_run: bool) -> control.ReplayReport:
-    reports = [control.replay_matching(conn, JobFilter(id=i), schema=call.schema, rate=rate, dry_run=dry_run,
-                                       requested_by=call.who) for i in ids]
-    return control.ReplayReport(sum(r.matched for r in reports), [i for r in reports for i in r.replayed],
-                                [s for r in reports for s in r.skipped])
 
 
 def periodic(call: Call) -> dict[str, Any]:

@@ -14,10 +14,12 @@ unexpected failure is logged and answered 500 without a traceback.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from importlib import resources
 from typing import Any
 
@@ -140,14 +142,15 @@ def _api_endpoint(handler: api.Handler, mutates: bool) -> Callable[[Request], Aw
         except Exception:
             log.exception("ui: %s %s failed", request.method, request.url.path)
             return _error(500, "internal error (see the server log)")
-        return JSONResponse(_jsonable(result))
+        return TimestampJSONResponse(result)
     return endpoint
 
 
-def _jsonable(value: Any) -> Any:
-    import json
-    from datetime import datetime
-    return json.loads(json.dumps(value, default=lambda o: o.isoformat() if isinstance(o, datetime) else str(o)))
+class TimestampJSONResponse(JSONResponse):
+    """JSON with timestamps as ISO-8601 text (and anything else non-JSON, such as UUIDs, as text)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, default=lambda o: o.isoformat() if isinstance(o, datetime) else str(o)).encode()
 
 
 async def events(request: Request) -> Response:
