@@ -107,24 +107,24 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
 def completed_once(c: Cluster, batch: str, expected: int) -> None:
     """Every job of ``batch`` completed, each with exactly one accepted ``completed`` event."""
     rows = c.sql(
-        "SELECT count(*), count(*) FILTER (WHERE status = 'completed') FROM tenure.jobs"
+        "SELECT count(*), count(*) FILTER (WHERE status = 'completed') FROM tenure.all_jobs"
         f" WHERE payload->>'batch' = '{batch}'")
     total, done = (int(x) for x in rows[0])
     assert total == expected, f"batch {batch}: {total} jobs in the database, expected {expected}"
     assert done == expected, f"batch {batch}: only {done}/{expected} completed"
     dupes = c.sql(
-        "SELECT e.job_id, count(*) FROM tenure.job_events e JOIN tenure.jobs j ON j.id = e.job_id"
+        "SELECT e.job_id, count(*) FROM tenure.job_events e JOIN tenure.all_jobs j ON j.id = e.job_id"
         f" WHERE j.payload->>'batch' = '{batch}' AND e.event = 'completed'"
         " GROUP BY e.job_id HAVING count(*) <> 1 LIMIT 5")
     assert not dupes, f"batch {batch}: jobs without exactly one completed event: {dupes}"
     events = c.count(
-        "SELECT count(*) FROM tenure.job_events e JOIN tenure.jobs j ON j.id = e.job_id"
+        "SELECT count(*) FROM tenure.job_events e JOIN tenure.all_jobs j ON j.id = e.job_id"
         f" WHERE j.payload->>'batch' = '{batch}' AND e.event = 'completed'")
     assert events == expected
 
 
 def batch_done(c: Cluster, batch: str, expected: int) -> bool:
-    return c.count(f"SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = '{batch}'"
+    return c.count(f"SELECT count(*) FROM tenure.all_jobs WHERE payload->>'batch' = '{batch}'"
                    " AND status = 'completed'") == expected
 
 
@@ -138,7 +138,7 @@ def running_by_pod(c: Cluster) -> dict[str, list[tuple[int, str, str]]]:
     out: dict[str, list[tuple[int, str, str]]] = {}
     pods = pods_of_workers(c)
     for job_id, token, worker in c.sql(
-            f"SELECT id, lock_token, locked_by FROM tenure.jobs WHERE queue_name = '{QUEUE}'"
+            f"SELECT id, lock_token, locked_by FROM tenure.all_jobs WHERE queue_name = '{QUEUE}'"
             " AND status = 'running'"):
         for pod in pods:
             if worker.startswith(pod + "-"):
@@ -303,19 +303,19 @@ def test_pod_sigkill_mid_job_is_reaped_by_the_cronjob(cluster: Cluster) -> None:
     t_kill = c.db_now()
     # Rows still locked by the killed process's worker id are its orphaned leases (the restarted
     # container is a new process with a new worker id).
-    stuck = c.sql("SELECT id, lock_token FROM tenure.jobs WHERE status = 'running'"
+    stuck = c.sql("SELECT id, lock_token FROM tenure.all_jobs WHERE status = 'running'"
                   f" AND locked_by IN {sql_list(sorted(killed_workers))}")
     orphans = [(int(i), t) for i, t in stuck]
     assert orphans, f"no job was running on {pod} when its process was killed"
     ids = [i for i, _ in orphans]
     def orphans_completed() -> bool:
-        rows = c.sql(f"SELECT id, status, coalesce(last_error_code, '') FROM tenure.jobs WHERE id IN {sql_list(ids)}")
+        rows = c.sql(f"SELECT id, status, coalesce(last_error_code, '') FROM tenure.all_jobs WHERE id IN {sql_list(ids)}")
         failed = [r for r in rows if r[1] == "failed"]
         assert not failed, f"orphaned jobs dead-lettered instead of re-run: {failed}"
         return all(r[1] == "completed" for r in rows)
     wait_for("the orphaned jobs reaped and completed", orphans_completed, 420, interval=3)
     t_recovered = float(c.scalar(
-        f"SELECT extract(epoch FROM max(completed_at)) FROM tenure.jobs WHERE id IN {sql_list(ids)}"))
+        f"SELECT extract(epoch FROM max(completed_at)) FROM tenure.all_jobs WHERE id IN {sql_list(ids)}"))
     reaped = c.sql(
         "SELECT job_id, worker_id, extract(epoch FROM created_at) FROM tenure.job_events"
         f" WHERE event = 'reaped_due_to_expired_lease' AND job_id IN {sql_list(ids)}"
@@ -405,7 +405,7 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
         victims = {}
         for pod in frozen_pods:
             for job_id, token, worker in c.sql(
-                    "SELECT id, lock_token, locked_by FROM tenure.jobs WHERE status = 'running'"
+                    "SELECT id, lock_token, locked_by FROM tenure.all_jobs WHERE status = 'running'"
                     f" AND locked_by LIKE '{pod}-%'"):
                 victims[int(job_id)] = (token, worker)
         assert victims, f"no running job on frozen node {busy}"
@@ -417,10 +417,10 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
                          interval=5)
         c.record("alert_expired_leases_fired_after_freeze_seconds", round(fired[0] - t_freeze_wall, 1))
         wait_for("the frozen node's jobs reaped and completed elsewhere", lambda: c.count(
-            f"SELECT count(*) FROM tenure.jobs WHERE id IN {sql_list(ids)} AND status = 'completed'")
+            f"SELECT count(*) FROM tenure.all_jobs WHERE id IN {sql_list(ids)} AND status = 'completed'")
             == len(ids), 600, interval=3)
         t_recovered = float(c.scalar(
-            f"SELECT extract(epoch FROM max(completed_at)) FROM tenure.jobs WHERE id IN {sql_list(ids)}"))
+            f"SELECT extract(epoch FROM max(completed_at)) FROM tenure.all_jobs WHERE id IN {sql_list(ids)}"))
         c.record("freeze_recovery_seconds", round(t_recovered - t_freeze, 1))
         c.record("freeze_recovery_bound_seconds", "lease 20 + reaper grace 300 + CronJob schedule <= 60 "
                  "+ reaper pod start")
@@ -467,7 +467,7 @@ def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None
     # No guarded effect ran twice: each victim's effect key is recorded succeeded once, by the
     # attempt that completed the job (the zombie's late effect_succeed was rejected).
     effects = c.sql(
-        "SELECT j.id, e.status, e.lock_token = ev.lock_token FROM tenure.jobs j"
+        "SELECT j.id, e.status, e.lock_token = ev.lock_token FROM tenure.all_jobs j"
         " JOIN tenure.job_executions e ON e.idempotency_key = 'invoice:' || (j.payload->>'invoice_id')"
         " || ':email:v1'"
         " JOIN tenure.job_events ev ON ev.job_id = j.id AND ev.event = 'completed'"
@@ -485,7 +485,7 @@ def test_rolling_update_under_load_loses_nothing(cluster: Cluster) -> None:
     c = cluster
     c.enqueue("enqueue-roll", QUEUE, "roll", 1500, first_id=400000, extra={"provider_seconds": 0.2})
     wait_for("the roll batch started", lambda: c.count(
-        "SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = 'roll' AND status = 'completed'")
+        "SELECT count(*) FROM tenure.all_jobs WHERE payload->>'batch' = 'roll' AND status = 'completed'")
         > 50, 300, interval=2)
     before = c.get("deployment", f"{JQ}-worker")["metadata"].get("generation")
     t0 = time.time()
@@ -497,15 +497,15 @@ def test_rolling_update_under_load_loses_nothing(cluster: Cluster) -> None:
     wait_for("the roll batch drained", lambda: batch_done(c, "roll", 1500), 600, interval=5)
     completed_once(c, "roll", 1500)
     wasted = c.sql(
-        "SELECT e.event, count(*) FROM tenure.job_events e JOIN tenure.jobs j ON j.id = e.job_id"
+        "SELECT e.event, count(*) FROM tenure.job_events e JOIN tenure.all_jobs j ON j.id = e.job_id"
         " WHERE j.payload->>'batch' = 'roll' AND e.event NOT IN ('completed', 'released',"
         " 'released_on_shutdown', 'enqueued', 'claimed') GROUP BY e.event")
     assert not [r for r in wasted if r[0].startswith(("reaped", "retry", "failed", "dead"))], wasted
-    attempts = c.sql("SELECT attempt_count, count(*) FROM tenure.jobs WHERE payload->>'batch' = 'roll'"
+    attempts = c.sql("SELECT attempt_count, count(*) FROM tenure.all_jobs WHERE payload->>'batch' = 'roll'"
                      " GROUP BY attempt_count ORDER BY 1")
     assert attempts == [["1", "1500"]], f"attempts used by the roll batch: {attempts}"
     released = c.count(
-        "SELECT count(*) FROM tenure.job_events e JOIN tenure.jobs j ON j.id = e.job_id"
+        "SELECT count(*) FROM tenure.job_events e JOIN tenure.all_jobs j ON j.id = e.job_id"
         " WHERE j.payload->>'batch' = 'roll' AND e.event LIKE 'released%'")
     c.record("rolling_update_jobs_released_on_sigterm", released)
     pods = c.worker_pods(JQ)
@@ -574,10 +574,10 @@ def test_observability_in_cluster(cluster: Cluster) -> None:
               extra={"seconds": 7})
     c.enqueue("enqueue-poison", QUEUE, "poison", 3, task="always_fails", first_id=600000)
     wait_for("the flaky jobs completed on their second attempt", lambda: c.count(
-        "SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = 'flaky' AND status = 'completed'"
+        "SELECT count(*) FROM tenure.all_jobs WHERE payload->>'batch' = 'flaky' AND status = 'completed'"
         " AND attempt_count = 2") == 10, 300, interval=3)
     wait_for("the poison jobs dead-lettered", lambda: c.count(
-        "SELECT count(*) FROM tenure.jobs WHERE payload->>'batch' = 'poison' AND status = 'failed'")
+        "SELECT count(*) FROM tenure.all_jobs WHERE payload->>'batch' = 'poison' AND status = 'failed'")
         == 3, 120, interval=3)
     restarts = sum(cs.get("restartCount", 0) for p in c.worker_pods(JQ)
                    for cs in p["status"].get("containerStatuses") or [])
@@ -743,9 +743,9 @@ def test_components_sqs_through_its_service(cluster: Cluster, components: str | 
         assert [m["MessageId"] for m in messages] == [sent["MessageId"]], messages
         assert messages[0]["Body"] == body
         job_id = int(sent["MessageId"].replace("-", ""), 16)
-        assert c.scalar(f"SELECT status FROM tenure.jobs WHERE id = {job_id}") == "running"
+        assert c.scalar(f"SELECT status FROM tenure.all_jobs WHERE id = {job_id}") == "running"
         sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=messages[0]["ReceiptHandle"])
-        row = c.sql(f"SELECT queue_name, status FROM tenure.jobs WHERE id = {job_id}")
+        row = c.sql(f"SELECT queue_name, status FROM tenure.all_jobs WHERE id = {job_id}")
         assert row == [[SQS_QUEUE, "completed"]], row
         assert not sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=1).get("Messages")
         # The server enforces the Secret's keys: a wrong secret, and a queue outside the globs.
@@ -786,7 +786,7 @@ def test_components_ui_through_its_service(cluster: Cluster, components: str | N
         assert isinstance(queues, list)
         c.record("ui_queues_listed", sorted(q["name"] for q in queues))
         # The same database as the SQS component: its queue, done within the hour, is listed.
-        if c.count(f"SELECT count(*) FROM tenure.jobs WHERE queue_name = '{SQS_QUEUE}'"
+        if c.count(f"SELECT count(*) FROM tenure.all_jobs WHERE queue_name = '{SQS_QUEUE}'"
                    " AND completed_at > now() - interval '50 minutes'"):
             assert SQS_QUEUE in {q["name"] for q in queues}, queues
         # ui.readOnly defaults to true: the server refuses the write, and nothing is paused.

@@ -67,10 +67,18 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
             Repository(conn, f"x_{uuid.uuid4().hex[:8]}").check_schema()
 
 
+def _undo_0009(conn: object, schema: str) -> None:
+    """Back to version 8: no history table, view, keys table or partition functions."""
+    for stmt in ("DROP VIEW {s}.all_jobs", "DROP TABLE {s}.job_history", "DROP TABLE {s}.job_keys",
+                 "DROP FUNCTION {s}.job_history_ensure", "DROP FUNCTION {s}.job_history_drop_oldest"):
+        conn.execute(stmt.format(s=f'"{schema}"'))  # type: ignore[attr-defined]
+
+
 def _undo_0004(conn: object, schema: str) -> None:
     """Back to version 3 (the enum value stays: 0004 adds it IF NOT EXISTS), undoing the later
-    migrations first (0008: the job browser's indexes; 0006: the trace context; 0005: the tables
-    of `tenure sqs`)."""
+    migrations first (0009: the history table; 0008: the job browser's indexes; 0006: the trace
+    context; 0005: the tables of `tenure sqs`)."""
+    _undo_0009(conn, schema)
     for stmt in ("DROP INDEX {s}.jobs_queue_id_idx, {s}.jobs_task_id_idx, {s}.jobs_finished_idx, {s}.jobs_created_idx, "
                  "{s}.jobs_payload_idx",
                  "ALTER TABLE {s}.jobs DROP COLUMN trace_context", "DROP TABLE {s}.sqs_queues", "DROP TABLE {s}.sqs_receipts", "DROP TABLE {s}.sqs_dedup",

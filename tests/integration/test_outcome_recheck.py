@@ -33,6 +33,9 @@ WORKER = "recheck-worker"
 def _lose_completion(conn: Connection, schema: str, job_id: int, token: uuid.UUID, *, still_running: bool) -> None:
     """What the promoted replica holds when the completion was not replicated."""
     conn.execute(f'DELETE FROM "{schema}".job_events WHERE job_id = %s AND event = \'completed\'', (job_id,))
+    # The completion moved the job into job_history (0009): the replica still has it in jobs.
+    conn.execute(f'WITH h AS (DELETE FROM "{schema}".job_history WHERE id = %s RETURNING *) '
+                 f'INSERT INTO "{schema}".jobs OVERRIDING SYSTEM VALUE SELECT * FROM h', (job_id,))
     if still_running:
         conn.execute(f'UPDATE "{schema}".jobs SET status = \'running\', completed_at = NULL, lock_token = %s, '
                      f'locked_by = %s, lease_expires_at = now() + interval \'30 seconds\' WHERE id = %s',

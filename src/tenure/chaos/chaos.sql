@@ -115,7 +115,7 @@ SELECT count(*)::int AS total,
        count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled'))::int AS terminal,
        count(*) FILTER (WHERE status = 'running')::int AS running,
        count(*) FILTER (WHERE status = 'pending')::int AS pending
-FROM {schema}.jobs WHERE queue_name = %(queue)s;
+FROM {schema}.all_jobs WHERE queue_name = %(queue)s;
 
 -- name: chaos_jobs_summary
 -- One row per job: state, cause, completions and their tokens, the final claim's token, effect counts.
@@ -159,7 +159,7 @@ SELECT j.id, (j.payload ->> 'n')::int AS n, j.payload ->> 'fault' AS planned_fau
        coalesce(eff.guarded, 0)::int AS guarded, coalesce(eff.provider_dedups, 0)::int AS provider_dedups,
        coalesce(eff.unguarded, 0)::int AS unguarded,
        (x.status = 'succeeded') AS execution_succeeded
-FROM {schema}.jobs j
+FROM {schema}.all_jobs j
 LEFT JOIN ev ON ev.job_id = j.id
 LEFT JOIN eff ON eff.job_id = j.id
 LEFT JOIN {schema}.job_executions x ON x.idempotency_key = 'chaos:' || (j.payload ->> 'n') || ':v1'
@@ -232,7 +232,7 @@ WHERE r = 1 + floor(%(fraction)s::float8 * CASE WHEN running > 0 THEN running EL
 -- name: chaos_claims_between
 -- Attempts of the queue that started inside a window (a paused queue must have none): a claim writes no audit row, so an attempt's start is read from its jobs row (the running or last attempt) and from the record that ended it.
 SELECT count(*)::int AS n FROM (
-    SELECT id AS job_id, started_at FROM {schema}.jobs
+    SELECT id AS job_id, started_at FROM {schema}.all_jobs
     WHERE queue_name = %(queue)s AND started_at > to_timestamp(%(start)s) AND started_at < to_timestamp(%(end)s)
     UNION
     SELECT job_id, (detail ->> 'started_at')::timestamptz FROM {schema}.job_events

@@ -19,5 +19,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     with conn:
         applied = repo.migrate()
         version = repo.schema_version()
+        repo.history_ensure()  # the day partitions of job_history around today (0009)
     print(f"schema {args.schema!r} at version {version}" + (f" (applied {applied})" if applied else " (up to date)"))
     return 0

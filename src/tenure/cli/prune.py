@@ -1,4 +1,8 @@
-"""`tenure prune`: delete completed jobs and stale worker rows older than a duration."""
+"""`tenure prune`: delete completed and cancelled jobs and stale worker rows older than a duration.
+
+Completed jobs live in day partitions of ``job_history`` (0009): a partition goes as a whole once
+its whole day is older than the duration (so up to a day more is kept), with its jobs' events
+and keys; completed jobs outside a day partition are deleted in batches."""
 
 from __future__ import annotations
 
@@ -20,8 +24,11 @@ def register(sub: Any) -> None:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     conn, repo = open_repo(args)
-    total = 0
+    total = partitions = 0
     with conn:
+        while (held := repo.history_drop_oldest(args.older_than)) is not None:
+            total += held
+            partitions += 1
         while True:
             deleted = repo.prune_completed(args.older_than, batch=args.batch)
             total += deleted
@@ -34,5 +41,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
             if deleted < args.batch:
                 break
         workers = repo.worker_prune(args.older_than)
-    print(f"pruned {total} completed job(s), {cancelled} cancelled job(s) and {workers} stale worker row(s)")
+    print(f"pruned {total} completed job(s) ({partitions} history partition(s) dropped), {cancelled} cancelled "
+          f"job(s) and {workers} stale worker row(s)")
     return 0

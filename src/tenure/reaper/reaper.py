@@ -30,6 +30,7 @@ from tenure.core.db import connect
 from tenure.core.errors import ConfigError
 from tenure.core.repository import ReapCandidate, ReapDecision, Reaped, Repository
 from tenure.core.service import ServiceConnection, run_service
+from tenure.reaper.history import HistoryKeeper
 
 log = logging.getLogger("tenure.reaper")
 
@@ -109,6 +110,8 @@ class Reaper:
         self.cycles = 0
         self.reaped_total = 0
         self.last_cycle_seconds = 0.0
+        self.history = HistoryKeeper()
+        """Partitions of job_history and the move of pre-0009 completed rows (reaper/history.py)."""
 
     def decide(self, cand: ReapCandidate) -> ReapDecision | None:
         """Requeue (at once for a first expiry, else with backoff), dead-letter, or (None) leave
@@ -154,6 +157,7 @@ class Reaper:
                            decide=self.decide, floor=self.config.heartbeat or 0.0)
         repo.record_reaper_cycle(self.reaper_id, seconds=time.monotonic() - started,
                                  reaped=len(reaped))
+        self.history.run_once(repo)
         for job in reaped:  # a short span in each traced job's trace (a no-op without traces)
             if job.trace_context:
                 tracing.record_outside(

@@ -40,6 +40,7 @@ from tenure.core.repository import PRIORITY_AGING_DEFAULT as PRIORITY_AGING_DEFA
 from tenure.core.repository import ClaimedJob, Repository
 from tenure.core.service import ServiceConnection
 from tenure.core.version import __version__
+from tenure.reaper.history import HistoryConfig, HistoryKeeper
 from tenure.reaper.reaper import Reaper, ReaperConfig
 from tenure.worker.app import App
 from tenure.worker.executor import Executor
@@ -190,6 +191,9 @@ class Worker:
         repo.check_schema()
         if repo.refresh_stale_claim_statistics():
             log.info("analyzed the jobs table: its statistics lagged a bulk enqueue")
+        # The day partitions of job_history this worker's completions go to (best effort: logged
+        # and ignored without the CREATE privilege; moving pre-0009 rows is the reaper's job).
+        HistoryKeeper(HistoryConfig(move_batch=0)).run_once(repo)
         cfg = self.config
         repo.worker_register(self.worker_id, host=socket.gethostname(), pid=os.getpid(), queues=list(cfg.queues),
                              concurrency=cfg.concurrency, heartbeat_seconds=cfg.heartbeat.interval,

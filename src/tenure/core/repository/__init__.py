@@ -19,7 +19,8 @@ One module per area, each a mixin over :class:`~tenure.core.repository.base.Repo
 - ``registry``: workers (R9); ``executions``: the execution store (R14);
 - ``dlq``: dead letters and retention (R12); ``control``: cancel, retry, pause, limits;
 - ``periodic``: periodic schedules; ``sqs``: the queues and messages of `tenure sqs`;
-- ``browse``: the job browser of `tenure ui` (one filter for pages, counts and bulk actions).
+- ``browse``: the job browser of `tenure ui` (one filter for pages, counts and bulk actions);
+- ``history``: where completed jobs live (day partitions, the batched move, retention).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from tenure.core.repository.control import ControlQueries
 from tenure.core.repository.dlq import DeadLetterQueries
 from tenure.core.repository.enqueue import EnqueueQueries
 from tenure.core.repository.executions import ExecutionQueries
+from tenure.core.repository.history import (
+    HISTORY_DAYS_AHEAD_DEFAULT,
+    HISTORY_MOVE_BATCH_DEFAULT,
+    HistoryPartition,
+    HistoryQueries,
+)
 from tenure.core.repository.lease import (
     PRIORITY_AGING_DEFAULT,
     REJECTED_WRITE_EVENTS,
@@ -59,7 +66,8 @@ from tenure.core.repository.specs import (
 from tenure.core.repository.sqs import SQS_TASK, SqsQueries
 
 __all__ = [
-    "COUNT_BUDGET_MS_DEFAULT", "COUNT_CAP_DEFAULT", "DELAY_MAX_SECONDS", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
+    "COUNT_BUDGET_MS_DEFAULT", "COUNT_CAP_DEFAULT", "DELAY_MAX_SECONDS", "HISTORY_DAYS_AHEAD_DEFAULT",
+    "HISTORY_MOVE_BATCH_DEFAULT", "HistoryPartition", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
     "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "REJECTED_WRITE_EVENTS", "SQS_TASK", "STATS_STALE_FRACTION",
     "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "HeartbeatOutcome", "JobCount", "JobFilter", "JobSpec", "ReapCandidate",
     "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
@@ -68,5 +76,6 @@ __all__ = [
 
 
 class Repository(SchemaQueries, EnqueueQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
-                 ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries, BrowseQueries):
+                 ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries, BrowseQueries,
+                 HistoryQueries):
     """Named queries bound to one connection and one schema: every area's queries together."""

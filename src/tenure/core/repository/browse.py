@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from tenure.core.repository.base import RepositoryBase
 from tenure.core.repository.specs import Row
@@ -62,11 +61,6 @@ class JobCount:
 
 class BrowseQueries(RepositoryBase):
     """The job browser's reads; none of them writes."""
-
-    def _unprepared(self, name: str, params: dict[str, Any]) -> list[Row]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self._q[name], params, prepare=False)
-            return cur.fetchall() if cur.description else []
 
     def job_browse(self, flt: JobFilter, *, before_id: int | None = None, limit: int = 50) -> list[Row]:
         """Matching jobs newest first, below ``before_id`` (the keyset cursor)."""

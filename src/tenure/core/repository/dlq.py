@@ -52,5 +52,13 @@ class DeadLetterQueries(RepositoryBase):
         return int(row["deleted"]) if row else 0
 
     def prune_completed(self, older_than: float, batch: int = 10_000) -> int:
+        """Delete up to ``batch`` completed jobs older than ``older_than`` seconds that are not
+        in a day partition of ``job_history``: those still in ``jobs`` (completed before 0009)
+        and those in the default partition. Whole day partitions go with
+        :meth:`~tenure.core.repository.history.HistoryQueries.history_drop_oldest`."""
         row = self._one("job_prune_completed", {"older_than": float(older_than), "batch": batch})
-        return int(row["deleted"]) if row else 0
+        deleted = int(row["deleted"]) if row else 0
+        if deleted < batch:
+            row = self._one("job_history_prune_default", {"older_than": float(older_than), "batch": batch - deleted})
+            deleted += int(row["deleted"]) if row else 0
+        return deleted

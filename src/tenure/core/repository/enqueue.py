@@ -32,12 +32,16 @@ class EnqueueQueries(RepositoryBase):
                       "delay": float(delay), "idempotency_key": idempotency_key,
                       "correlation_id": correlation_id, "channel": self.channel,
                       "trace_context": span.traceparent}
-            for _ in range(5):
+            for attempt in range(5):
                 row = self._one("job_enqueue", params)
                 if row is not None:
                     span.sent(int(row["id"]), created=bool(row["created"]))
                     return EnqueueResult(int(row["id"]), bool(row["created"]))
                 # A concurrent enqueue with the same key committed after our snapshot: look again.
+                # Past the first miss, the key may be an orphan (its job deleted by hand, not by
+                # tenure's prune or purge, which free keys): forget it if no job holds it.
+                if attempt >= 1 and idempotency_key is not None:
+                    self._rows("job_key_release_orphan", {"key": idempotency_key})
         raise RuntimeError(f"enqueue with idempotency key {idempotency_key!r} found neither a new nor an existing job")
 
     def enqueue_many(self, jobs: Sequence[JobSpec]) -> int:

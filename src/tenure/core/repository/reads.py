@@ -102,6 +102,6 @@ class ReadQueries(RepositoryBase):
     def job_list(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
                  created_since: float | None = None, failed_since: float | None = None,
                  before_id: int | None = None, limit: int = 100) -> list[Row]:
-        return self._rows("job_list", {"queue": queue, "status": status, "task": task,
+        return self._unprepared("job_list", {"queue": queue, "status": status, "task": task,
                                        "created_since": created_since, "failed_since": failed_since,
                                        "before_id": before_id, "limit": limit})

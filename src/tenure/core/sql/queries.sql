@@ -3,13 +3,22 @@
 -- Every time comparison uses the database clock (now()), never the worker's clock (R6).
 
 -- name: job_enqueue
--- Insert one job; with an idempotency key, return the existing job instead of a copy (R13).
-WITH ins AS (
+-- Insert one job; with an idempotency key, return the existing job (hot or in history) instead of a copy (R13).
+-- The key is claimed in job_keys first: it outlives the job's move to history, and two racing
+-- enqueues of one key serialise on its primary key. The jobs index still guards keys of jobs
+-- enqueued by a tenure older than 0009 (not in job_keys until they move).
+WITH key AS (
+    INSERT INTO {schema}.job_keys (idempotency_key)
+    SELECT %(idempotency_key)s::text WHERE %(idempotency_key)s::text IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING idempotency_key
+), ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, payload_version, max_attempts,
                                available_at, idempotency_key, correlation_id, priority, trace_context)
-    VALUES (%(queue)s, %(task)s, %(payload)s::jsonb, %(payload_version)s, %(max_attempts)s,
-            now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s,
-            %(priority)s, %(trace_context)s)
+    SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(payload_version)s, %(max_attempts)s,
+           now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s,
+           %(priority)s, %(trace_context)s
+    WHERE %(idempotency_key)s::text IS NULL OR EXISTS (SELECT 1 FROM key)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 ), notified AS (
@@ -17,7 +26,7 @@ WITH ins AS (
 )
 SELECT id, true AS created FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 UNION ALL
-SELECT j.id, false AS created FROM {schema}.jobs j
+SELECT j.id, false AS created FROM {schema}.all_jobs j
 WHERE j.idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: job_enqueue_many
@@ -28,12 +37,18 @@ WITH input AS (
                          %(priorities)s::smallint[], %(trace_contexts)s::text[])
                   WITH ORDINALITY AS t(queue_name, task, payload, max_attempts, delay, idempotency_key, priority,
                                        trace_context, ord)
+), keys AS (
+    INSERT INTO {schema}.job_keys (idempotency_key)
+    SELECT DISTINCT idempotency_key FROM input WHERE idempotency_key IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING idempotency_key
 ), ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, idempotency_key, priority,
                                trace_context)
     SELECT queue_name, task, payload, max_attempts, now() + make_interval(secs => delay), idempotency_key, priority,
            trace_context
-    FROM input ORDER BY ord
+    FROM input WHERE idempotency_key IS NULL OR idempotency_key IN (SELECT idempotency_key FROM keys)
+    ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue_name, trace_context
 ), notified AS (
@@ -166,14 +181,14 @@ FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
 LEFT JOIN {schema}.jobs j ON j.id = d.id;
 
 -- name: job_complete_many
--- Complete a batch of jobs, each a CAS on (id, running, worker, token); stale attempts are rejected and recorded.
+-- Complete a batch of jobs, each a CAS on (id, running, worker, token), moving each from `jobs` into `job_history`; stale attempts are rejected and recorded.
 -- The `completed` row is the attempt record: token, worker, attempt, and in `detail` its fence and start.
+-- The job leaves the hot table in this statement (0009): claims never step over completed rows.
+-- Its idempotency key is (re)claimed in job_keys, for jobs enqueued by a tenure older than 0009.
 WITH done AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = 'completed', completed_at = now(), last_heartbeat_at = now(),
-        lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
+), moved AS (
+    DELETE FROM {schema}.jobs j
     -- One primary-key probe per id, whatever the statistics say: the token is looked up by the
     -- id's position in the arrays (a join on the unnest was planned as a nested loop over the
     -- whole batch per row, or as a scan of every running row's index entry, dead ones included,
@@ -181,13 +196,31 @@ WITH done AS (
     -- partial index, so `id = ANY(ids)` is the index condition.
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status::text = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = (%(tokens)s::uuid[])[array_position(%(ids)s::bigint[], j.id)]
-    RETURNING j.id, j.queue_name, j.attempt_count,
-              (%(tokens)s::uuid[])[array_position(%(ids)s::bigint[], j.id)] AS token, j.fence, j.started_at
+    RETURNING j.*
+), archived AS (
+    INSERT INTO {schema}.job_history (
+        id, queue_name, task, payload, payload_version, status, attempt_count, max_attempts,
+        lease_expiry_count, fence, available_at, started_at, completed_at, failed_at, first_failed_at,
+        last_failed_at, last_heartbeat_at, lease_expires_at, locked_by, lock_token, idempotency_key,
+        correlation_id, last_error, last_error_code, checkpoint_step, checkpoint_data, checkpoint_at,
+        created_at, updated_at, priority, cancelled_at, trace_context)
+    SELECT id, queue_name, task, payload, payload_version, 'completed', attempt_count, max_attempts,
+           lease_expiry_count, fence, available_at, started_at, now(), failed_at, first_failed_at,
+           last_failed_at, now(), NULL, NULL, NULL, idempotency_key,
+           correlation_id, last_error, last_error_code, checkpoint_step, checkpoint_data, checkpoint_at,
+           created_at, now(), priority, cancelled_at, trace_context
+    FROM moved
+), keys AS (
+    INSERT INTO {schema}.job_keys (idempotency_key, created_at)
+    SELECT idempotency_key, created_at FROM moved WHERE idempotency_key IS NOT NULL
+    ON CONFLICT DO NOTHING
+), receipts AS (
+    DELETE FROM {schema}.sqs_receipts r USING moved m WHERE r.job_id = m.id
 ), accepted AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, detail)
-    SELECT id, queue_name, 'completed', token, %(worker_id)s, attempt_count,
-           jsonb_build_object('fence', fence, 'started_at', started_at)
-    FROM updated
+    SELECT id, queue_name, 'completed', (%(tokens)s::uuid[])[array_position(%(ids)s::bigint[], id)],
+           %(worker_id)s, attempt_count, jsonb_build_object('fence', fence, 'started_at', started_at)
+    FROM moved
 ), rejected AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
     SELECT d.id, coalesce(j.queue_name, ''), 'stale_completion_rejected', d.token, %(worker_id)s,
@@ -198,11 +231,11 @@ WITH done AS (
                        AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
                     CASE WHEN j.lock_token = d.token THEN j.attempt_count END),
            'token no longer current'
-    FROM done d LEFT JOIN {schema}.jobs j ON j.id = d.id
-    WHERE NOT EXISTS (SELECT 1 FROM updated u WHERE u.id = d.id)
+    FROM done d LEFT JOIN {schema}.all_jobs j ON j.id = d.id
+    WHERE NOT EXISTS (SELECT 1 FROM moved u WHERE u.id = d.id)
 )
 SELECT d.id, (u.id IS NOT NULL) AS accepted
-FROM done d LEFT JOIN updated u ON u.id = d.id;
+FROM done d LEFT JOIN moved u ON u.id = d.id;
 
 -- name: job_retry
 -- Reschedule one failed attempt with a backoff delay (CAS on the token); records the classified error.
@@ -277,7 +310,7 @@ RETURNING id;
 -- name: job_event_stale_write
 -- Record a rejected stale write (heartbeat, retry, dead-letter, release, checkpoint) for the audit trail.
 INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
-SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.jobs WHERE id = %(id)s), ''),
+SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.all_jobs WHERE id = %(id)s), ''),
        %(event)s, %(token)s, %(worker_id)s,
        -- the stale attempt's number: from the record that ended it (a `claimed` row before
        -- issue 13), else from the row it still holds
@@ -376,7 +409,7 @@ ORDER BY 1, 2, 3;
 -- name: job_get
 -- One job by id, with the DB clock's view of its lease.
 SELECT j.*, now() AS db_now, (j.status = 'running' AND j.lease_expires_at < now()) AS lease_expired
-FROM {schema}.jobs j WHERE j.id = %(id)s;
+FROM {schema}.all_jobs j WHERE j.id = %(id)s;
 
 -- name: job_events_list
 -- The audit trail of one job, oldest first.
@@ -466,7 +499,7 @@ ORDER BY q.queue_name;
 -- name: queue_completed_counts
 -- Completed jobs per queue: a scan of the completed partial index, so callers read it on a slower cadence than queue_stats.
 SELECT queue_name AS queue, count(*)::bigint AS completed
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE status = 'completed' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
 GROUP BY queue_name ORDER BY queue_name;
 
@@ -622,38 +655,117 @@ INSERT INTO {schema}.job_events (job_id, queue_name, event, reason)
 SELECT id, queue_name, 'replay_skipped_invalid', %(reason)s FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: dlq_purge
--- Delete dead-lettered jobs that failed more than `older_than` seconds ago (retention policy).
-DELETE FROM {schema}.jobs
-WHERE status = 'failed' AND failed_at < now() - make_interval(secs => %(older_than)s)
-  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
-RETURNING id;
+-- Delete dead-lettered jobs that failed more than `older_than` seconds ago (retention policy), freeing their idempotency keys.
+WITH deleted AS (
+    DELETE FROM {schema}.jobs
+    WHERE status = 'failed' AND failed_at < now() - make_interval(secs => %(older_than)s)
+      AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    RETURNING id, idempotency_key
+), keys AS (
+    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
+), receipts AS (
+    DELETE FROM {schema}.sqs_receipts r USING deleted d WHERE r.job_id = d.id
+)
+SELECT id FROM deleted;
 
 -- name: job_prune_completed
--- Delete up to `batch` completed jobs older than `older_than` seconds, and their audit events.
+-- Delete up to `batch` completed jobs older than `older_than` seconds still in `jobs` (completed before 0009, not moved yet), with their audit events and keys.
 WITH doomed AS (
     SELECT id FROM {schema}.jobs
     WHERE status = 'completed' AND completed_at < now() - make_interval(secs => %(older_than)s)
     ORDER BY completed_at LIMIT %(batch)s
 ), deleted AS (
-    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.idempotency_key
 ), events AS (
     DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+), keys AS (
+    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
 )
 SELECT count(*)::int AS deleted FROM deleted;
 
 -- name: job_prune_cancelled
--- Delete up to `batch` cancelled jobs cancelled more than `older_than` seconds ago, and their audit events.
+-- Delete up to `batch` cancelled jobs cancelled more than `older_than` seconds ago, with their audit events and keys.
 WITH doomed AS (
     SELECT id FROM {schema}.jobs
     WHERE cancelled_at IS NOT NULL AND status = 'cancelled'
       AND cancelled_at < now() - make_interval(secs => %(older_than)s)
     ORDER BY cancelled_at LIMIT %(batch)s
 ), deleted AS (
-    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.idempotency_key
 ), events AS (
     DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+), keys AS (
+    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
+), receipts AS (
+    DELETE FROM {schema}.sqs_receipts r USING deleted d WHERE r.job_id = d.id
 )
 SELECT count(*)::int AS deleted FROM deleted;
+
+-- name: job_history_ensure
+-- Create the day partitions of job_history from `days_back` days before today (UTC, by the DB clock) to `days_ahead` after it that are missing; returns how many it created.
+SELECT {schema}.job_history_ensure(%(schema)s::text, (now() AT TIME ZONE 'UTC')::date - %(days_back)s::int,
+                                   (now() AT TIME ZONE 'UTC')::date + %(days_ahead)s::int) AS created;
+
+-- name: job_history_move_span
+-- The next batch of completed jobs still in `jobs` (completed before 0009) after `after_id`, in id order: its last id and the first and last UTC day of its completions (no row: none left).
+SELECT max(id) AS last_id, (min(completed_at) AT TIME ZONE 'UTC')::date AS first_day,
+       (max(completed_at) AT TIME ZONE 'UTC')::date AS last_day
+FROM (SELECT id, completed_at FROM {schema}.jobs
+      WHERE status = 'completed' AND id > %(after_id)s::bigint ORDER BY id LIMIT %(batch)s) b
+HAVING count(*) > 0;
+
+-- name: job_history_ensure_days
+-- Create the day partitions of job_history from `first_day` to `last_day` (UTC) that are missing; returns how many it created.
+SELECT {schema}.job_history_ensure(%(schema)s::text, %(first_day)s::date, %(last_day)s::date) AS created;
+
+-- name: job_history_move_batch
+-- Move the completed jobs still in `jobs` with ids in (`after_id`, `last_id`] into job_history, with their keys; returns how many moved.
+WITH moved AS (
+    DELETE FROM {schema}.jobs j
+    WHERE j.status = 'completed' AND j.id > %(after_id)s::bigint AND j.id <= %(last_id)s::bigint
+    RETURNING j.*
+), keys AS (
+    INSERT INTO {schema}.job_keys (idempotency_key, created_at)
+    SELECT idempotency_key, created_at FROM moved WHERE idempotency_key IS NOT NULL
+    ON CONFLICT DO NOTHING
+), archived AS (
+    INSERT INTO {schema}.job_history SELECT * FROM moved RETURNING 1
+)
+SELECT count(*)::int AS moved FROM archived;
+
+-- name: job_history_drop_oldest
+-- Drop the oldest day partition of job_history that ended more than `older_than` seconds ago, with its jobs' events and keys; `jobs` is how many it held (NULL: none that old).
+SELECT {schema}.job_history_drop_oldest(%(schema)s::text, now() - make_interval(secs => %(older_than)s)) AS jobs;
+
+-- name: job_history_prune_default
+-- Delete up to `batch` jobs of job_history's default partition (completed on a day that had no partition yet) that completed more than `older_than` seconds ago, with their events and keys.
+WITH doomed AS (
+    SELECT id FROM {schema}.job_history_default
+    WHERE completed_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY completed_at LIMIT %(batch)s
+), deleted AS (
+    DELETE FROM {schema}.job_history_default h USING doomed d WHERE h.id = d.id
+    RETURNING h.id, h.idempotency_key
+), events AS (
+    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+), keys AS (
+    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
+)
+SELECT count(*)::int AS deleted FROM deleted;
+
+-- name: job_history_partition_list
+-- The day partitions of job_history (and the default one) with their row estimates, oldest first.
+SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bounds, c.reltuples::bigint AS estimated_rows
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = '{schema}.job_history'::regclass
+ORDER BY c.relname;
+
+-- name: job_key_release_orphan
+-- Forget an idempotency key that no job holds any more (its job deleted outside tenure's statements); returns it when it was forgotten.
+DELETE FROM {schema}.job_keys k
+WHERE k.idempotency_key = %(key)s
+  AND NOT EXISTS (SELECT 1 FROM {schema}.all_jobs j WHERE j.idempotency_key = %(key)s)
+RETURNING k.idempotency_key;
 
 -- name: job_runtime_quantiles
 -- Runtime p50/p99 of recent successful attempts per queue and task (from audit events), for `tenure doctor`.
@@ -665,7 +777,7 @@ WITH runs AS (
     -- Attempts recorded before the attempt record carried its start: their `claimed` row.
     LEFT JOIN {schema}.job_events cl ON c.detail IS NULL AND cl.job_id = c.job_id
                                     AND cl.lock_token = c.lock_token AND cl.event = 'claimed'
-    JOIN {schema}.jobs j ON j.id = c.job_id
+    JOIN {schema}.all_jobs j ON j.id = c.job_id
     WHERE c.event = 'completed' AND c.created_at > now() - make_interval(secs => %(window)s)
       AND (c.detail ? 'started_at' OR cl.id IS NOT NULL)
 )
@@ -728,7 +840,7 @@ SELECT r.queue_name, coalesce(j.task, '?') AS task,
        (array_agg(r.job_id ORDER BY r.created_at))[1:5] AS job_ids
 FROM reaps r
 LEFT JOIN late l ON l.job_id = r.job_id AND l.lock_token = r.lock_token AND l.created_at = r.created_at
-LEFT JOIN {schema}.jobs j ON j.id = r.job_id
+LEFT JOIN {schema}.all_jobs j ON j.id = r.job_id
 GROUP BY r.queue_name, coalesce(j.task, '?')
 ORDER BY r.queue_name, task;
 
@@ -785,7 +897,7 @@ SELECT id, queue_name, previous_status::text AS previous_status, revoked_token, 
 -- name: job_status_many
 -- The status of each of the given job ids (missing ids are absent), to validate a command before it writes.
 SELECT id, status::text AS status, queue_name, task, payload, payload_version
-FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;
+FROM {schema}.all_jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;
 
 -- name: job_retry_many
 -- Put failed or cancelled jobs back as pending with a fresh attempt budget (like a DLQ replay); only jobs still in those states move. Audited with who asked.
@@ -810,10 +922,17 @@ SELECT id FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
 SELECT id, queue_name, task, status::text AS status, priority, attempt_count, max_attempts,
        available_at, created_at, started_at, completed_at, failed_at, cancelled_at, locked_by,
        last_error_code, idempotency_key
-FROM {schema}.jobs
+FROM {schema}.all_jobs
 WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
   AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
-  AND (%(status)s::text IS NULL OR status::text = %(status)s::text)
+  -- One literal per status (as in job_browse_filter): the one asked for folds into a constant,
+  -- which also lets the planner leave job_history out (its CHECK) for any status but completed.
+  AND (%(status)s::text IS NULL
+       OR (%(status)s::text = 'pending' AND status = 'pending'::{schema}.job_status)
+       OR (%(status)s::text = 'running' AND status = 'running'::{schema}.job_status)
+       OR (%(status)s::text = 'completed' AND status = 'completed'::{schema}.job_status)
+       OR (%(status)s::text = 'failed' AND status = 'failed'::{schema}.job_status)
+       OR (%(status)s::text = 'cancelled' AND status = 'cancelled'::{schema}.job_status))
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
   AND (%(created_since)s::float8 IS NULL OR created_at >= now() - make_interval(secs => %(created_since)s::float8))
   AND (%(failed_since)s::float8 IS NULL OR last_failed_at >= now() - make_interval(secs => %(failed_since)s::float8))
@@ -886,10 +1005,15 @@ WITH advanced AS (
         skipped_total = s.skipped_total + %(skipped)s, updated_at = now()
     WHERE s.name = %(name)s AND s.last_slot < %(slot)s
     RETURNING s.name
+), key AS (
+    INSERT INTO {schema}.job_keys (idempotency_key)
+    SELECT %(idempotency_key)s::text FROM advanced
+    ON CONFLICT DO NOTHING
+    RETURNING idempotency_key
 ), ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, idempotency_key, priority)
     SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(max_attempts)s, %(idempotency_key)s, %(priority)s
-    FROM advanced
+    FROM key
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 ), notified AS (
@@ -939,6 +1063,9 @@ WITH gone AS (
 ), messages AS (
     DELETE FROM {schema}.jobs
     WHERE queue_name = %(name)s AND status IN ('pending', 'running') AND EXISTS (SELECT 1 FROM gone)
+    RETURNING id
+), receipts AS (
+    DELETE FROM {schema}.sqs_receipts r USING messages m WHERE r.job_id = m.id
 ), dedup AS (
     DELETE FROM {schema}.sqs_dedup WHERE queue_name = %(name)s AND EXISTS (SELECT 1 FROM gone)
 )
@@ -952,6 +1079,8 @@ WITH gone AS (
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
     SELECT id, queue_name, 'purged', lock_token, %(worker_id)s, attempt_count, 'PurgeQueue' FROM gone
+), receipts AS (
+    DELETE FROM {schema}.sqs_receipts r USING gone g WHERE r.job_id = g.id
 ), stamp AS (
     UPDATE {schema}.sqs_queues SET purged_at = now() WHERE name = %(name)s
 )
@@ -1212,7 +1341,7 @@ SELECT j.id, j.queue_name, j.task, j.status::text AS status, j.priority, j.attem
        j.lease_expiry_count, j.fence, j.available_at, j.created_at, j.started_at, j.completed_at, j.failed_at,
        j.cancelled_at, coalesce(j.completed_at, j.failed_at, j.cancelled_at) AS finished_at, j.locked_by,
        j.lease_expires_at, j.last_error_code, j.idempotency_key, j.payload
-FROM {schema}.jobs j
+FROM {schema}.all_jobs j
 WHERE (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
   AND {job_browse_filter}
 ORDER BY j.id DESC
@@ -1220,8 +1349,13 @@ LIMIT %(limit)s;
 
 -- name: job_browse_ids
 -- The ids of the jobs matching job_browse_filter in a given status set, oldest first after after_id: the batches of a bulk action (one page of ids per call).
-SELECT j.id FROM {schema}.jobs j
-WHERE j.id > %(after_id)s::bigint AND j.status::text = ANY(%(statuses)s::text[])
+SELECT j.id FROM {schema}.all_jobs j
+WHERE j.id > %(after_id)s::bigint
+  AND (('pending' = ANY(%(statuses)s::text[]) AND j.status = 'pending'::{schema}.job_status)
+       OR ('running' = ANY(%(statuses)s::text[]) AND j.status = 'running'::{schema}.job_status)
+       OR ('completed' = ANY(%(statuses)s::text[]) AND j.status = 'completed'::{schema}.job_status)
+       OR ('failed' = ANY(%(statuses)s::text[]) AND j.status = 'failed'::{schema}.job_status)
+       OR ('cancelled' = ANY(%(statuses)s::text[]) AND j.status = 'cancelled'::{schema}.job_status))
   AND {job_browse_filter}
 ORDER BY j.id
 LIMIT %(limit)s;
@@ -1229,17 +1363,17 @@ LIMIT %(limit)s;
 -- name: job_browse_count
 -- How many jobs match job_browse_filter, counting at most `cap` of them (the caller labels a capped count an estimate).
 SELECT count(*)::bigint AS n FROM (
-    SELECT 1 FROM {schema}.jobs j WHERE {job_browse_filter} LIMIT %(cap)s
+    SELECT 1 FROM {schema}.all_jobs j WHERE {job_browse_filter} LIMIT %(cap)s
 ) matched;
 
 -- name: job_browse_estimate
 -- The planner's estimate of how many jobs match job_browse_filter, from EXPLAIN without running the query.
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs j WHERE {job_browse_filter};
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.all_jobs j WHERE {job_browse_filter};
 
 -- name: queue_throughput_hour
 -- Per queue, jobs completed and dead-lettered, and attempts that failed, within the last hour (range scans of the status indexes and the events' BRIN index).
 WITH done AS (
-    SELECT queue_name, count(*)::bigint AS completed FROM {schema}.jobs
+    SELECT queue_name, count(*)::bigint AS completed FROM {schema}.all_jobs
     WHERE status = 'completed' AND completed_at > now() - interval '1 hour' GROUP BY queue_name
 ), dead AS (
     SELECT queue_name, count(*)::bigint AS dead_lettered FROM {schema}.jobs
@@ -1277,7 +1411,7 @@ SELECT coalesce(max(id), 0)::bigint AS id FROM {schema}.job_events;
 
 -- name: job_newest_id
 -- The newest job id (0 when there are none): new jobs are the ones above it.
-SELECT coalesce(max(id), 0)::bigint AS id FROM {schema}.jobs;
+SELECT coalesce(max(id), 0)::bigint AS id FROM {schema}.all_jobs;
 
 -- name: db_statement_timeout_set
 -- Bound the statements of the current transaction (a count that may not run long); the value is a duration such as 250ms.
