@@ -39,6 +39,7 @@ import psycopg
 
 from bench import stats
 from bench.console import log
+from bench.server import processes_cpu
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,25 +64,25 @@ class Contender:
     """Run the tenure sources given by ``--base-src`` (an older checkout) instead of this one."""
 
 
-def _tenure(*extra: str, app: str = "bench.apps:async_app") -> tuple[str, ...]:
+def tenure_cli(*extra: str, app: str = "bench.apps:async_app", burst: bool = True) -> tuple[str, ...]:
     exe = BIN / "tenure"
     head = (str(exe),) if exe.exists() else (sys.executable, "-m", "tenure.cli")
-    return (*head, "--database-url", "{dsn}", "worker", "--app", app, "--burst", *extra)
+    return (*head, "--database-url", "{dsn}", "worker", "--app", app, *(("--burst",) if burst else ()), *extra)
 
 
-def _pgq(*extra: str) -> tuple[str, ...]:
+def pgq_cli(*extra: str, mode: str = "drain") -> tuple[str, ...]:
     # `pgq run bench.apps:pgqueuer_factory --mode drain …` minus its broken log setup (bench/apps.py).
-    return (sys.executable, "-m", "bench.apps", "pgqueuer", "--mode", "drain", *extra)
+    return (sys.executable, "-m", "bench.apps", "pgqueuer", "--mode", mode, *extra)
 
 
 CONTENDERS: dict[str, Contender] = {c.key: c for c in (
-    Contender("tenure", "tenure", 2, _tenure("--concurrency", "200", "--claim-batch", "100"),
+    Contender("tenure", "tenure", 2, tenure_cli("--concurrency", "200", "--claim-batch", "100"),
               "2 × tenure worker --burst --concurrency 200 --claim-batch 100, async handler"),
-    Contender("pgqueuer", "pgqueuer", 2, _pgq("--batch-size", "100"),
+    Contender("pgqueuer", "pgqueuer", 2, pgq_cli("--batch-size", "100"),
               "2 × pgqueuer.run(--mode drain --batch-size 100), as `pgq run` (PgQueuer over asyncpg, uvloop)"),
-    Contender("tenure-oob", "tenure", 1, _tenure(app="bench.apps:sync_app"),
+    Contender("tenure-oob", "tenure", 1, tenure_cli(app="bench.apps:sync_app"),
               "1 × tenure worker --burst, defaults, sync handler"),
-    Contender("pgqueuer-oob", "pgqueuer", 1, _pgq(),
+    Contender("pgqueuer-oob", "pgqueuer", 1, pgq_cli(),
               "1 × pgqueuer.run(--mode drain), defaults (batch 10; async handler: pgqueuer has no sync ones)"),
     # The previous harness's processes, kept to show where the two harnesses differ.
     Contender("tenure-lib", "tenure", 2,
@@ -165,11 +166,17 @@ class _Waiter(threading.Thread):
         self.proc.returncode = self.status
 
 
-def prepare(server: Any, system: str, n: int) -> str:
-    """A fresh database with ``n`` no-op jobs enqueued through the system's own batch API."""
+def prepare(server: Any, system: str, n: int, *, base_src: Path | None = None) -> str:
+    """A fresh database with ``n`` no-op jobs enqueued through the system's own batch API
+    (``base_src``: tenure's schema and fill from those older sources, as its workers expect)."""
     from bench.systems import fill, install
     dsn: str = server.fresh_db(f"bench_cmp_{system}")
-    if system == "floor":
+    if base_src is not None and system == "tenure":
+        env = {**os.environ, "PYTHONPATH": f"{base_src}{os.pathsep}{ROOT}"}
+        subprocess.run([sys.executable, "-c", "import sys; from bench.systems import fill, install; "
+                        "install('tenure', sys.argv[1]); fill('tenure', sys.argv[1], int(sys.argv[2]))", dsn, str(n)],
+                       check=True, cwd=ROOT, env=env)
+    elif system == "floor":
         q = bench_queries()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(q["floor_create"])
@@ -189,9 +196,19 @@ def remaining_sql(system: str) -> str:
             "floor": q["floor_remaining"]}[system]
 
 
-def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
-            base_src: Path | None = None) -> CompareResult:
-    dsn = prepare(server, c.system, n)
+def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0, base_src: Path | None = None,
+            dsn: str | None = None, trace: bool = False, poll_floor: float = POLL,
+            poll_cost_factor: float = 0.0, poll_share: float = 0.005) -> CompareResult:
+    """One run of contender ``c`` on a fresh backlog of ``n`` jobs (or on ``dsn``, already holding
+    them). ``trace``: keep every poll as ``(seconds since spawn, jobs done)`` in ``extra["samples"]``
+    (the time is taken before the count, whose snapshot is the statement's start). ``poll_floor``:
+    the shortest interval between polls once the first job is done (before it, ``POLL``);
+    ``poll_cost_factor``: wait at least that many times the last poll's own duration (the count
+    costs ~300 ms at 1.5M remaining jobs: 10 keeps the probe under 10 % of one core);
+    ``poll_share``: and at least that share of the time elapsed since the spawn."""
+    if c.base and base_src is None:
+        raise RuntimeError(f"{c.key} needs --base-src (a directory holding an older src/tenure)")
+    dsn = dsn or prepare(server, c.system, n, base_src=base_src if c.base else None)
     # The probe's count scans the whole table at a large backlog (5-15 ms per poll at 200k, as a
     # parallel scan with two more processes): one process only, and its CPU is taken out of the
     # database's figure below, so that figure is the contender's own.
@@ -209,9 +226,7 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
         return db_cpu(server.postmaster_pid) - probe_cpu
     sql = remaining_sql(c.system)
     path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    if c.base:
-        if base_src is None:
-            raise RuntimeError(f"{c.key} needs --base-src (a directory holding an older src/tenure)")
+    if c.base:  # base_src is set: checked before the backlog was prepared
         path = f"{base_src}{os.pathsep}{path}"
     env = {**os.environ, "PYTHONPATH": path, "BENCH_DSN": dsn}
     env.pop("TENURE_DATABASE_URL", None)
@@ -240,25 +255,22 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
     ps = [psutil.Process(p.pid) for p in procs]
 
     def worker_cpu_live() -> float:
-        total = 0.0
-        for p in ps:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
+        return processes_cpu(ps)
 
     marks: dict[str, tuple[float, int, float, float]] = {}
     first_done: float | None = None
     last_done: float | None = None
     done = 0
     stopped = False
+    samples: list[tuple[float, int]] = []
     try:
         while True:
+            before = time.monotonic()
             row = probe.execute(sql).fetchone()
             now = time.monotonic()
             done = n - int(row[0] if row else 0)
+            if trace:
+                samples.append((before - t0, done))
             if first_done is None and done > 0:
                 first_done = now
             for name, frac in (("p10", 0.1), ("p90", 0.9)):
@@ -276,7 +288,8 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
                 raise RuntimeError(f"{c.key}: not finished after {timeout:.0f}s ({done:,}/{n:,} done)")
             # The probe costs the server 1-15 ms per poll: poll less often as a run gets longer, so
             # a slow contender does not pay more probe CPU per job (0.5 % of the elapsed time).
-            time.sleep(max(POLL, 0.005 * (now - t0)))
+            time.sleep(max(POLL if first_done is None else poll_floor, poll_share * (now - t0),
+                           poll_cost_factor * (now - before)))
     finally:
         for p in procs:
             if p.poll() is None and not any(w.ended for w in waiters if w.proc is p):
@@ -306,7 +319,7 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0,
         worker_cpu_per_job_us=worker_total / n * 1e6, db_cpu_per_job_us=(db1 - db0) / n * 1e6,
         steady_worker_cpu_per_job_us=(b_w - a_w) / steady_jobs * 1e6 if steady_jobs else float("nan"),
         steady_db_cpu_per_job_us=(b_db - a_db) / steady_jobs * 1e6 if steady_jobs else float("nan"),
-        load_average=os.getloadavg()[0])
+        load_average=os.getloadavg()[0], extra={"samples": samples} if trace else {})
 
 
 def _med(rs: list[CompareResult], attr: str) -> stats.Summary | None:

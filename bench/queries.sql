@@ -2,8 +2,8 @@
 -- `{schema}` is replaced by the quoted tenure schema name. Same format as src/tenure/core/sql/queries.sql.
 
 -- name: tenure_done_count
--- Jobs finished so far (completed partial index: cheap even at 1M rows).
-SELECT count(*)::bigint AS n FROM {schema}.jobs WHERE status = 'completed';
+-- Jobs finished so far (completed jobs live in job_history since 0009, older ones in jobs).
+SELECT count(*)::bigint AS n FROM {schema}.all_jobs WHERE status = 'completed';
 
 -- name: tenure_remaining
 -- Jobs not finished yet (pending or running; two partial indexes, shrinking as the backlog drains).
@@ -20,11 +20,11 @@ INSERT INTO {schema}.jobs (queue_name, task, payload)
 SELECT 'default', 'noop', '{}'::jsonb FROM generate_series(1, %(n)s);
 
 -- name: tenure_fill_completed
--- Insert `n` completed jobs (history that a big production table carries).
-INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, started_at, completed_at,
-                           available_at, created_at)
-SELECT 'default', 'noop', '{}'::jsonb, 'completed', 1, now() - interval '2 hours', now() - interval '2 hours',
-       now() - interval '2 hours', now() - interval '2 hours'
+-- Insert `n` completed jobs (history that a big production table carries), where completions put them (0009).
+INSERT INTO {schema}.job_history (id, queue_name, task, payload, status, attempt_count, started_at, completed_at,
+                                  available_at, created_at)
+SELECT nextval(pg_get_serial_sequence('{schema}.jobs', 'id')), 'default', 'noop', '{}'::jsonb, 'completed', 1,
+       now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours'
 FROM generate_series(1, %(n)s);
 
 -- name: tenure_fill_expired
@@ -40,7 +40,7 @@ FROM generate_series(1, %(n)s) AS g;
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) AS p99, count(*)::bigint AS n
 FROM (SELECT extract(epoch FROM started_at - available_at) * 1000 AS ms
-      FROM {schema}.jobs WHERE started_at IS NOT NULL) s;
+      FROM {schema}.all_jobs WHERE started_at IS NOT NULL) s;
 
 -- name: pgqueuer_remaining
 -- Jobs still queued or picked (pgqueuer deletes a row when the job finishes).
@@ -49,6 +49,19 @@ SELECT count(*)::bigint AS n FROM pgqueuer;
 -- name: procrastinate_remaining
 -- Jobs not yet finished.
 SELECT count(*)::bigint AS n FROM procrastinate_jobs WHERE status IN ('todo', 'doing');
+
+-- name: table_vacuums
+-- How often autovacuum vacuumed and analyzed one table (`rel`, e.g. tenure.jobs) so far.
+SELECT coalesce(sum(autovacuum_count), 0)::bigint AS vacuums, coalesce(sum(autoanalyze_count), 0)::bigint AS analyzes
+FROM pg_stat_user_tables WHERE relid = to_regclass(%(rel)s);
+
+-- name: db_analyze
+-- Statistics for every table of the database (a backlog that was just filled has none yet).
+ANALYZE;
+
+-- name: db_backends
+-- Other sessions connected to the current database (workers that have connected).
+SELECT count(*)::bigint AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid();
 
 -- name: db_commits
 -- Transactions committed in the current database so far (one per autocommit statement).

@@ -29,73 +29,19 @@ import psycopg
 from bench import stats
 from bench.compare import CONTENDERS, scenario_compare
 from bench.console import log
+from bench.flow import scenario_flow
+from bench.server import DATADIR_DEFAULT, Server, start_server
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
+from bench.sustained_drain import scenario_sustained
 from bench.systems import BEST_DRAIN, SYSTEMS, Progress, WorkerPlan, fill, install, parse_plan, producer_cmd, worker_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-DATADIR_DEFAULT = Path(os.environ.get("TENURE_BENCH_HOME", Path.home() / ".cache" / "tenure-bench")) / "pgdata"
-SCENARIOS = ("compare", "floor", "sweep", "drain", "latency", "reaper", "scale", "heartbeat", "rss")
+SCENARIOS = ("compare", "floor", "sweep", "drain", "latency", "reaper", "scale", "heartbeat", "rss", "sustained",
+             "flow")
+LONG_SCENARIOS = ("sustained", "flow")
+"""Run only when named with --scenario (tens of minutes at full size)."""
 POLL = 0.05
-
-
-# -- server -----------------------------------------------------------------------------------
-@dataclass
-class Server:
-    admin_dsn: str
-    port: int
-    postmaster_pid: int
-
-    def dsn(self, db: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{db}"
-
-    def fresh_db(self, name: str) -> str:
-        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
-        dsn = self.dsn(name)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        return dsn
-
-    def backend_cpu(self) -> float:
-        """CPU seconds (user+system) of the postmaster and all its children so far."""
-        total = 0.0
-        try:
-            root = psutil.Process(self.postmaster_pid)
-            for p in [root, *root.children(recursive=True)]:
-                try:
-                    t = p.cpu_times()
-                    total += t.user + t.system
-                except psutil.Error:
-                    pass
-        except psutil.Error:
-            pass
-        return total
-
-
-def start_server(datadir: Path) -> Server:
-    """The bench's own embedded server, with pg_stat_statements preloaded (restart once if needed)."""
-    from tenure.core.embedded import ensure_server
-    server = ensure_server(datadir)
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        row = conn.execute("SHOW shared_preload_libraries").fetchone()
-        if row is None or "pg_stat_statements" not in str(row[0]):
-            conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-            restart = True
-        else:
-            restart = False
-    if restart:
-        server.stop()
-        server.start()
-    pid = int((server.datadir / "postmaster.pid").read_text().splitlines()[0])
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        settings = {r[0]: r[1] for r in conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN "
-            "('fsync','synchronous_commit','shared_buffers','server_version','shared_preload_libraries')")}
-    log(f"embedded PostgreSQL {settings.get('server_version')} on port {server.port} "
-        f"(fsync={settings.get('fsync')}, synchronous_commit={settings.get('synchronous_commit')})")
-    return Server(server.dsn, server.port, pid)
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -586,14 +532,15 @@ def scenario_rss(server: Server, args: argparse.Namespace, rep: Report) -> None:
 
 RUNNERS = {"floor": scenario_floor, "sweep": scenario_sweep, "drain": scenario_drain, "latency": scenario_latency,
            "reaper": scenario_reaper, "scale": scenario_scale, "heartbeat": scenario_heartbeat,
-           "rss": scenario_rss, "compare": scenario_compare}
+           "rss": scenario_rss, "compare": scenario_compare, "sustained": scenario_sustained, "flow": scenario_flow}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small backlogs, short windows (a smoke run)")
     parser.add_argument("--scenario", action="append", choices=SCENARIOS,
-                        help="run only these scenarios (repeatable; default: all)")
+                        help="run only these scenarios (repeatable; default: all but the long ones, "
+                             f"{', '.join(LONG_SCENARIOS)})")
     parser.add_argument("--system", dest="systems", action="append", choices=SYSTEMS,
                         help="systems to compare (repeatable; default: all three)")
     parser.add_argument("--runs", type=int, default=3, help="runs per system and scenario (default 3)")
@@ -609,6 +556,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-src", type=Path, default=None,
                         help="compare: a directory holding an older src/tenure for the *-base contenders "
                              "(e.g. `git archive OLD src | tar -x -C DIR`, then DIR/src)")
+    parser.add_argument("--sustained-jobs", type=int, default=0,
+                        help="sustained: backlog drained by each system (default 1,500,000; 200,000 with --quick)")
+    parser.add_argument("--flow-minutes", type=float, default=0.0,
+                        help="flow: minutes of steady arrivals per system (default 10; 2 with --quick)")
+    parser.add_argument("--flow-load", type=float, default=0.7,
+                        help="flow: arrival rate as a share of each system's measured capacity (default 0.7)")
+    parser.add_argument("--flow-rate", type=float, default=0.0,
+                        help="flow: one arrival rate in jobs/s for every system instead (no capacity drain)")
     parser.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
     parser.add_argument("--output", type=Path, help="JSON results file (default bench/results/<time>.json)")
     args = parser.parse_args(argv)
@@ -617,7 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     args.systems = tuple(args.systems or SYSTEMS)
     if args.quick and args.runs == 3 and "--runs" not in (argv or sys.argv):
         args.runs = 1
-    scenarios = args.scenario or list(SCENARIOS)
+    if args.sustained_jobs < 0 or args.flow_minutes < 0 or args.flow_rate < 0 or not 0 < args.flow_load <= 2:
+        parser.error("--sustained-jobs, --flow-minutes and --flow-rate must be >= 0, --flow-load within (0, 2]")
+    scenarios = args.scenario or [s for s in SCENARIOS if s not in LONG_SCENARIOS]
     # The reaper logs one WARNING per recovered job; with 10k of them a console handler would
     # dominate the reaper figure, so tenure's own logging is kept to errors during the bench.
     logging.getLogger("tenure").setLevel(logging.ERROR)

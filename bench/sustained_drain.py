@@ -1,79 +1,162 @@
-"""A long drain under two autovacuum cadences: does vacuuming the jobs table more often pay?
+"""Long drains: does a queue slow down as it works through a large backlog?
 
-``python -m bench.sustained_drain [--jobs N] [--naptime S]...``: for each ``autovacuum_naptime``
-given (default 60 s, PostgreSQL's default, and 10 s), a fresh database with ``N`` ready no-op
-jobs (analyzed), drained by 2 ``tenure worker --burst --concurrency 200 --claim-batch 100``
-processes. Prints the drain rate per 10 s window, overall, and how often autovacuum processed the
-jobs table during the drain. Each claim steps over the index entries of rows claimed since the
-last vacuum (``bench.dead_prefix``), so a longer drain between two vacuums slows down; vacuuming
-more often costs CPU of its own. The naptime is a server setting: it is set with ``ALTER SYSTEM``
-on the bench's own embedded server and reset afterwards. One machine's numbers.
+One traced drain (``traced_drain``) serves two entry points:
+
+- ``python -m bench --scenario sustained [--sustained-jobs N]``: tenure and pgqueuer, each on a
+  fresh database holding the identical backlog (default 1.5M no-op jobs, enqueued through each
+  system's own batch API, then ``CHECKPOINT`` and ``ANALYZE``), drained by the ``compare``
+  scenario's best contenders (2 × ``tenure worker --burst --concurrency 200 --claim-batch 100``;
+  2 × pgqueuer drain mode, batch 100) on the server's defaults. Reports the rate per 10 s window,
+  from the first finished job to the last, over the first and the last 10 % of the jobs and their
+  ratio ("flatness", target ≥ 0.8), the end-to-end rate and the tenure ÷ pgqueuer ratio of the
+  whole-drain rates (target ≥ 2.0).
+- ``python -m bench.sustained_drain [--jobs N] [--naptime S]...``: tenure alone, once per
+  ``autovacuum_naptime`` given (default 60 s, PostgreSQL's default, and 10 s). Each claim steps
+  over the index entries of rows claimed since the last vacuum (``bench.dead_prefix``), so a
+  longer drain between two vacuums slows down; vacuuming more often costs CPU of its own. The
+  naptime is a server setting: it is set with ``ALTER SYSTEM`` on the bench's own embedded server
+  and reset afterwards.
+
+Progress is the remaining count polled from the database (``compare.remaining_sql``, pending +
+running for tenure), at most every ``POLL_FLOOR`` seconds or ``POLL_COST_FACTOR`` times the last
+count's own duration, whichever is longer; a rate between two job counts interpolates the moments
+between polls, and every rate starts at the first poll that saw finished jobs (start-up left
+out). The count scans what is left (≈ 300 ms at 1.5M jobs, a few ms near the end), so the probe
+takes up to ≈ 9 % of one core at the start of a drain and almost nothing at its end: flatness is,
+if anything, flattered by a few per cent. One machine's numbers.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import time
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import psycopg
 
-from tenure.core.db import connect
+from bench import stats
+from bench.compare import CONTENDERS, compile_sources, prepare, run_one
+from bench.console import log
+from bench.sqlfile import bench_queries
 
 WINDOW_SECONDS = 10.0
-POLL_SECONDS = 2.0
-VACUUMS = "SELECT autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relid = 'tenure.jobs'::regclass"
+POLL_FLOOR = 0.2
+POLL_COST_FACTOR = 10.0
+FRACTION = 0.1
+FULL_JOBS = 1_500_000
+QUICK_JOBS = 200_000
+TABLES = {"tenure": "tenure.jobs", "pgqueuer": "pgqueuer"}
 
 
-def drain(server: object, jobs: int, naptime: int) -> None:
-    from bench.compare import ROOT, prepare, remaining_sql
-    admin_dsn: str = server.fresh_db("bench_sustained_admin")  # type: ignore[attr-defined]
+@dataclass
+class SustainedResult:
+    key: str
+    jobs: int
+    shape: stats.DrainShape
+    e2e_rate: float
+    e2e_seconds: float
+    steady_rate: float
+    """The compare scenario's steady rate (10 % → 90 % of the jobs)."""
+    worker_cpu_per_job_us: float
+    db_cpu_per_job_us: float
+    autovacuums: int
+    autoanalyzes: int
+    samples: list[tuple[float, int]]
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["shape"] = self.shape.as_dict()
+        return out
+
+
+def _vacuums(dsn: str, system: str) -> tuple[int, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(bench_queries()["table_vacuums"], {"rel": TABLES[system]}).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def traced_drain(server: Any, key: str, jobs: int) -> SustainedResult:
+    """Fill a fresh database with ``jobs`` no-op jobs, analyze it, drain it with the ``compare``
+    contender ``key`` and trace the remaining count all the way."""
+    c = CONTENDERS[key]
+    log(f"    [sustained] {key}: filling {jobs:,} jobs")
+    dsn = prepare(server, c.system, jobs)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(bench_queries()["db_analyze"])
+    v0 = _vacuums(dsn, c.system)
+    log(f"    [sustained] {key}: draining with {c.describe}")
+    r = run_one(server, c, jobs, dsn=dsn, trace=True, poll_floor=POLL_FLOOR, poll_cost_factor=POLL_COST_FACTOR,
+                poll_share=0.0, timeout=max(600.0, jobs / 500))
+    v1 = _vacuums(dsn, c.system)
+    samples: list[tuple[float, int]] = r.extra["samples"]
+    shape = stats.drain_shape(samples, jobs, window=WINDOW_SECONDS, fraction=FRACTION)
+    return SustainedResult(key, jobs, shape, r.e2e_rate, r.e2e_seconds, r.steady_rate, r.worker_cpu_per_job_us,
+                           r.db_cpu_per_job_us, v1[0] - v0[0], v1[1] - v0[1], samples)
+
+
+def _windows(shape: stats.DrainShape) -> str:
+    return ", ".join(stats.fmt_num(rate) + (f" ({secs:.0f} s)" if secs < WINDOW_SECONDS - 0.5 else "")
+                     for secs, rate in shape.windows)
+
+
+def scenario_sustained(server: Any, args: Any, rep: Any) -> None:
+    """tenure and pgqueuer drain the same large backlog (see the module docstring)."""
+    compile_sources()
+    jobs = args.sustained_jobs or (QUICK_JOBS if args.quick else FULL_JOBS)
+    keys = [k for k in ("tenure", "pgqueuer") if k in args.systems]
+    results: dict[str, SustainedResult] = {}
+    for key in keys:
+        r = traced_drain(server, key, jobs)
+        results[key] = r
+        log(f"  [sustained] {key}: {stats.fmt_num(r.shape.whole, '/s')} first → last job, first 10 % "
+            f"{stats.fmt_num(r.shape.first, '/s')}, last 10 % {stats.fmt_num(r.shape.last, '/s')}, flatness "
+            f"{stats.fmt_ratio(r.shape.flatness)}; per {WINDOW_SECONDS:.0f} s: {_windows(r.shape)}; "
+            f"autovacuums {r.autovacuums}")
+    rows = []
+    for key, r in results.items():
+        s = r.shape
+        rows.append([key, CONTENDERS[key].describe, stats.fmt_num(s.whole, "/s"), stats.fmt_num(r.e2e_rate, "/s"),
+                     stats.fmt_num(s.first, "/s"), stats.fmt_num(s.last, "/s"),
+                     f"{stats.fmt_ratio(s.flatness)} {stats.verdict(s.flatness, 0.8, True)}",
+                     f"{r.worker_cpu_per_job_us:.0f} + {r.db_cpu_per_job_us:.0f} µs",
+                     f"{r.autovacuums} / {r.autoanalyzes}"])
+    text = stats.table(["system", "config", "first → last job", "end to end", "first 10 %", "last 10 %",
+                        "last ÷ first (≥ 0.80)", "CPU/job worker + DB", "autovacuums / analyzes"], rows)
+    text += "".join(f"\n\n{key} per {WINDOW_SECONDS:.0f} s window: {_windows(r.shape)}" for key, r in results.items())
+    ratio = None
+    if "tenure" in results and "pgqueuer" in results:
+        a, b = results["tenure"].shape.whole, results["pgqueuer"].shape.whole
+        ratio = a / b if a and b else None
+        text += (f"\n\ntenure ÷ pgqueuer, first → last job: {stats.fmt_ratio(ratio)} "
+                 f"(target ≥ 2.00: {stats.verdict(ratio, 2.0, True)})")
+    rep.data["sustained"] = {"jobs": jobs, "window_seconds": WINDOW_SECONDS, "fraction": FRACTION,
+                             "tenure_over_pgqueuer": ratio, "systems": {k: r.as_dict() for k, r in results.items()}}
+    rep.add(f"Sustained drain of {jobs:,} no-op jobs, PostgreSQL defaults, one run each", text)
+
+
+def drain(server: Any, jobs: int, naptime: int) -> None:
+    """tenure alone under one ``autovacuum_naptime`` (``python -m bench.sustained_drain``)."""
+    admin_dsn: str = server.fresh_db("bench_sustained_admin")
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(f"ALTER SYSTEM SET autovacuum_naptime = '{int(naptime)}s'")
         admin.execute("SELECT pg_reload_conf()")
     try:
-        dsn = prepare(server, "tenure", jobs)
-        with connect(dsn) as conn:
-            conn.execute("ANALYZE tenure.jobs")
-        argv = [sys.executable, "-m", "tenure.cli", "--database-url", dsn, "worker", "--app",
-                "bench.apps:async_app", "--burst", "--concurrency", "200", "--claim-batch", "100"]
-        with psycopg.connect(dsn, autocommit=True, options="-c max_parallel_workers_per_gather=0") as probe:
-            v0 = probe.execute(VACUUMS).fetchone() or (0, 0)
-            t0 = time.monotonic()
-            workers = [subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL) for _ in range(2)]
-            windows: list[float] = []
-            window_start, done_at_start = t0, 0
-            next_sample = t0 + POLL_SECONDS
-            while any(w.poll() is None for w in workers):
-                time.sleep(0.05)
-                now = time.monotonic()
-                if now < next_sample:
-                    continue
-                next_sample = now + POLL_SECONDS
-                row = probe.execute(remaining_sql("tenure")).fetchone()
-                done = jobs - (int(row[0]) if row else 0)
-                if now - window_start >= WINDOW_SECONDS:
-                    windows.append((done - done_at_start) / (now - window_start))
-                    window_start, done_at_start = now, done
-            elapsed = time.monotonic() - t0
-            if elapsed > window_start - t0 + 0.5:  # the last, partial window
-                windows.append((jobs - done_at_start) / (t0 + elapsed - window_start))
-            v1 = probe.execute(VACUUMS).fetchone() or (0, 0)
+        r = traced_drain(server, "tenure", jobs)
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute("ALTER SYSTEM RESET autovacuum_naptime")
             admin.execute("SELECT pg_reload_conf()")
-    rates = ", ".join(f"{r / 1000:.1f}k" for r in windows)
-    print(f"naptime {naptime:>3} s: {jobs:,} jobs in {elapsed:.1f} s ({jobs / elapsed:,.0f}/s); "
-          f"per {WINDOW_SECONDS:.0f} s window: {rates}; autovacuums of jobs during the drain: "
-          f"{int(v1[0]) - int(v0[0])} (analyzes {int(v1[1]) - int(v0[1])})")
+    print(f"naptime {naptime:>3} s: {jobs:,} jobs in {r.e2e_seconds:.1f} s ({r.e2e_rate:,.0f}/s end to end, "
+          f"{stats.fmt_num(r.shape.whole, '/s')} first → last job); per {WINDOW_SECONDS:.0f} s window: "
+          f"{_windows(r.shape)}; flatness {stats.fmt_ratio(r.shape.flatness)}; autovacuums of jobs during the "
+          f"drain: {r.autovacuums} (analyzes {r.autoanalyzes})")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.runner import DATADIR_DEFAULT, start_server
+    from bench.server import DATADIR_DEFAULT, start_server
     parser = argparse.ArgumentParser(prog="python -m bench.sustained_drain")
-    parser.add_argument("--jobs", type=int, default=1_500_000)
+    parser.add_argument("--jobs", type=int, default=FULL_JOBS)
     parser.add_argument("--naptime", type=int, action="append", help="seconds (repeatable; default 60 and 10)")
     args = parser.parse_args(argv)
     server = start_server(DATADIR_DEFAULT)

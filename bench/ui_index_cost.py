@@ -10,6 +10,11 @@ prepared statements, like a worker. The figure is that backend's own CPU time pe
 0008's indexes), ``after`` (all of them) and ``without X`` (all but X), interleaved, ``--reps``
 times each; the table shows medians and the ratio to ``before``.
 
+``--variant "NAME=SQL[;SQL...]"`` (repeatable) measures schema variants instead: each NAME runs its
+statements (``{schema}`` is the quoted schema) on the fresh database before the rounds, next to
+``before`` (the schema as it is, nothing run), e.g.
+``--variant "no receipts FK=ALTER TABLE {schema}.sqs_receipts DROP CONSTRAINT sqs_receipts_job_id_fkey"``.
+
 One shared machine's figures (other sessions' load moves them; compare within a run only).
 """
 
@@ -47,7 +52,15 @@ def variants() -> dict[str, list[str]]:
     return {"before": names, "after": [], **{f"without {n}": [n] for n in names}}
 
 
-def prepare(server: Any, drop: list[str], backlog: int) -> str:
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """``NAME=SQL;SQL`` -> (NAME, [SQL, SQL]) with ``{schema}`` filled in."""
+    name, sep, sql = text.partition("=")
+    if not sep or not name.strip() or not sql.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=SQL[;SQL...], got {text!r}")
+    return name.strip(), [part.strip().replace("{schema}", '"tenure"') for part in sql.split(";") if part.strip()]
+
+
+def prepare(server: Any, drop: list[str], backlog: int, setup: list[str] | None = None) -> str:
     from bench.systems import install
     dsn: str = server.fresh_db("bench_ui_index_cost")
     install("tenure", dsn)
@@ -56,6 +69,8 @@ def prepare(server: Any, drop: list[str], backlog: int) -> str:
         conn.execute(q["cost_fill"], {"n": backlog})
         for name in drop:
             conn.execute(f'DROP INDEX "tenure".{name}')
+        for statement in setup or []:
+            conn.execute(statement.encode())  # a bench variant from the command line
         conn.execute(q["cost_vacuum"])
         conn.execute("CHECKPOINT")
     return dsn
@@ -115,13 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backlog", type=int, default=60_000)
     p.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
     p.add_argument("--only", action="append", default=[], help="variants to run (default: all)")
+    p.add_argument("--variant", action="append", type=parse_variant, default=[],
+                   help="NAME=SQL[;SQL...]: measure this schema variant next to the schema as it is")
     args = p.parse_args(argv)
     server = start_server(args.datadir)
-    chosen = {k: v for k, v in variants().items() if not args.only or k in args.only or k == "before"}
+    setups: dict[str, list[str]] = dict(args.variant)
+    if setups:
+        chosen: dict[str, list[str]] = {"before": [], **{k: [] for k in setups}}
+    else:
+        chosen = {k: v for k, v in variants().items() if not args.only or k in args.only or k == "before"}
     results: dict[str, list[dict[str, float]]] = {k: [] for k in chosen}
     for rep in range(args.reps):
         for name, drop in chosen.items():
-            dsn = prepare(server, drop, args.backlog)
+            dsn = prepare(server, drop, args.backlog, setups.get(name))
             r = measure(dsn, args.rounds, args.backlog + 1)
             results[name].append(r)
             log(f"  [{rep + 1}/{args.reps}] {name}: " + ", ".join(f"{k} {v:.1f} µs" for k, v in r.items()))

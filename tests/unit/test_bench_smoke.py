@@ -93,7 +93,7 @@ def test_worker_plan_parsing_and_command_line() -> None:
 def test_bench_sql_file_parses_with_the_schema_substituted() -> None:
     q = bench_queries("tenure")
     assert {"tenure_done_count", "tenure_fill_expired", "floor_create", "db_commits"} <= set(q)
-    assert '"tenure".jobs' in q["tenure_done_count"]
+    assert '"tenure".all_jobs' in q["tenure_done_count"]
     assert "{schema}" not in "".join(q.values())
     script = FLOOR_SCRIPT.read_text()
     assert "SKIP LOCKED" in script and "j.token = d.token" in script
