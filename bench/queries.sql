@@ -51,8 +51,9 @@ SELECT count(*)::bigint AS n FROM pgqueuer;
 SELECT count(*)::bigint AS n FROM procrastinate_jobs WHERE status IN ('todo', 'doing');
 
 -- name: table_vacuums
--- How often autovacuum vacuumed and analyzed one table (`rel`, e.g. tenure.jobs) so far.
-SELECT coalesce(sum(autovacuum_count), 0)::bigint AS vacuums, coalesce(sum(autoanalyze_count), 0)::bigint AS analyzes
+-- How often autovacuum vacuumed and analyzed one table (`rel`, e.g. tenure.jobs) so far, and how often a client vacuumed it (tenure's workers do).
+SELECT coalesce(sum(autovacuum_count), 0)::bigint AS vacuums, coalesce(sum(autoanalyze_count), 0)::bigint AS analyzes,
+       coalesce(sum(vacuum_count), 0)::bigint AS client_vacuums
 FROM pg_stat_user_tables WHERE relid = to_regclass(%(rel)s);
 
 -- name: db_analyze

@@ -62,6 +62,8 @@ class SustainedResult:
     db_cpu_per_job_us: float
     autovacuums: int
     autoanalyzes: int
+    client_vacuums: int
+    """VACUUMs a client ran (tenure's workers vacuum the jobs table, reaper/vacuum.py)."""
     samples: list[tuple[float, int]]
 
     def as_dict(self) -> dict[str, Any]:
@@ -70,10 +72,11 @@ class SustainedResult:
         return out
 
 
-def _vacuums(dsn: str, system: str) -> tuple[int, int]:
+def _vacuums(dsn: str, system: str) -> tuple[int, int, int]:
+    """(autovacuums, autoanalyzes, client vacuums) of the system's table so far."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(bench_queries()["table_vacuums"], {"rel": TABLES[system]}).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+    return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
 def traced_drain(server: Any, key: str, jobs: int) -> SustainedResult:
@@ -92,7 +95,7 @@ def traced_drain(server: Any, key: str, jobs: int) -> SustainedResult:
     samples: list[tuple[float, int]] = r.extra["samples"]
     shape = stats.drain_shape(samples, jobs, window=WINDOW_SECONDS, fraction=FRACTION)
     return SustainedResult(key, jobs, shape, r.e2e_rate, r.e2e_seconds, r.steady_rate, r.worker_cpu_per_job_us,
-                           r.db_cpu_per_job_us, v1[0] - v0[0], v1[1] - v0[1], samples)
+                           r.db_cpu_per_job_us, v1[0] - v0[0], v1[1] - v0[1], v1[2] - v0[2], samples)
 
 
 def _windows(shape: stats.DrainShape) -> str:
@@ -112,7 +115,7 @@ def scenario_sustained(server: Any, args: Any, rep: Any) -> None:
         log(f"  [sustained] {key}: {stats.fmt_num(r.shape.whole, '/s')} first → last job, first 10 % "
             f"{stats.fmt_num(r.shape.first, '/s')}, last 10 % {stats.fmt_num(r.shape.last, '/s')}, flatness "
             f"{stats.fmt_ratio(r.shape.flatness)}; per {WINDOW_SECONDS:.0f} s: {_windows(r.shape)}; "
-            f"autovacuums {r.autovacuums}")
+            f"autovacuums {r.autovacuums}, client vacuums {r.client_vacuums}")
     rows = []
     for key, r in results.items():
         s = r.shape
@@ -120,9 +123,9 @@ def scenario_sustained(server: Any, args: Any, rep: Any) -> None:
                      stats.fmt_num(s.first, "/s"), stats.fmt_num(s.last, "/s"),
                      f"{stats.fmt_ratio(s.flatness)} {stats.verdict(s.flatness, 0.8, True)}",
                      f"{r.worker_cpu_per_job_us:.0f} + {r.db_cpu_per_job_us:.0f} µs",
-                     f"{r.autovacuums} / {r.autoanalyzes}"])
+                     f"{r.autovacuums} / {r.autoanalyzes} / {r.client_vacuums}"])
     text = stats.table(["system", "config", "first → last job", "end to end", "first 10 %", "last 10 %",
-                        "last ÷ first (≥ 0.80)", "CPU/job worker + DB", "autovacuums / analyzes"], rows)
+                        "last ÷ first (≥ 0.80)", "CPU/job worker + DB", "autovacuums / analyzes / client vacuums"], rows)
     text += "".join(f"\n\n{key} per {WINDOW_SECONDS:.0f} s window: {_windows(r.shape)}" for key, r in results.items())
     ratio = None
     if "tenure" in results and "pgqueuer" in results:
@@ -150,7 +153,7 @@ def drain(server: Any, jobs: int, naptime: int) -> None:
     print(f"naptime {naptime:>3} s: {jobs:,} jobs in {r.e2e_seconds:.1f} s ({r.e2e_rate:,.0f}/s end to end, "
           f"{stats.fmt_num(r.shape.whole, '/s')} first → last job); per {WINDOW_SECONDS:.0f} s window: "
           f"{_windows(r.shape)}; flatness {stats.fmt_ratio(r.shape.flatness)}; autovacuums of jobs during the "
-          f"drain: {r.autovacuums} (analyzes {r.autoanalyzes})")
+          f"drain: {r.autovacuums} (analyzes {r.autoanalyzes}; client vacuums {r.client_vacuums})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,13 +12,14 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from tenure.cli.common import command, duration, port, positive_int
+from tenure.cli.common import command, count, duration, port, positive_int
 from tenure.cli.reaper import add_reaper_options, reaper_config
 from tenure.core.backoff import RetryPolicy
 from tenure.core.errors import ConfigError
 from tenure.core.redaction import MASK_KEYS_DEFAULT, MAX_ERROR_CHARS_DEFAULT, Redaction
 from tenure.observability import traces
 from tenure.observability.http import serve
+from tenure.reaper import vacuum as vac_mod
 from tenure.reaper.reaper import INTERVAL_DEFAULT as REAPER_CYCLE_DEFAULT
 from tenure.worker import heartbeat as hb_mod
 from tenure.worker import runtime as rt_mod
@@ -50,6 +51,9 @@ def register(sub: Any) -> None:
                         "(starvation bound; default %(default)gs)")
     p.add_argument("--no-scheduler", action="store_true",
                    help="do not enqueue the app's periodic jobs from this process")
+    p.add_argument("--vacuum-dead-rows", type=count, default=vac_mod.VACUUM_DEAD_ROWS_DEFAULT,
+                   help="vacuum the jobs table once it has this many dead rows, and a fifth of its "
+                        "live ones (one worker at a time; 0: leave it to autovacuum; default %(default)s)")
     p.add_argument("--retry-max-attempts", type=positive_int,
                    default=os.environ.get("TENURE_RETRY_MAX_ATTEMPTS") or None,
                    help="queue retry policy: attempts cap, with --backoff-base/--backoff-max "
@@ -82,7 +86,7 @@ def worker_config(args: argparse.Namespace, queues: tuple[str, ...]) -> rt_mod.W
                                          max_effect_hold=args.max_effect_hold),
         poll_interval=args.poll_interval, drain_timeout=args.drain_timeout, burst=args.burst,
         reaper=reaper if in_process else None, retry=retry, priority_aging=args.priority_aging,
-        scheduler=not args.no_scheduler,
+        scheduler=not args.no_scheduler, vacuum=vac_mod.VacuumConfig(dead_rows=args.vacuum_dead_rows),
         redaction=Redaction(mask_keys=tuple(k.strip() for k in args.redact_keys.split(",") if k.strip()),
                             max_error_chars=args.max_error_chars))
     config.validate()

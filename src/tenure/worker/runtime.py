@@ -42,6 +42,7 @@ from tenure.core.service import ServiceConnection
 from tenure.core.version import __version__
 from tenure.reaper.history import HistoryConfig, HistoryKeeper
 from tenure.reaper.reaper import Reaper, ReaperConfig
+from tenure.reaper.vacuum import HotTableVacuum, VacuumConfig
 from tenure.worker.app import App
 from tenure.worker.executor import Executor
 from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
@@ -104,6 +105,8 @@ class WorkerConfig:
     scheduler: bool = True
     """Run the app's periodic schedules in this process (any number of processes may: each slot
     is enqueued exactly once)."""
+    vacuum: VacuumConfig = VacuumConfig()
+    """When this process vacuums the jobs table (one worker at a time; reaper/vacuum.py)."""
 
     def validate(self) -> None:
         if not self.queues:
@@ -121,6 +124,7 @@ class WorkerConfig:
         if self.priority_aging < 0:
             raise ConfigError("priority aging must be >= 0")
         self.heartbeat.validate()
+        self.vacuum.validate()
         if self.retry is not None:
             self.retry.validate()
         if self.reaper is None:
@@ -210,6 +214,10 @@ class Worker:
                                   on_enqueue=self._periodic_enqueued)
             threading.Thread(target=scheduler.run_forever, args=(reaper_stop,), name="tenure-scheduler",
                              daemon=True).start()
+        if cfg.vacuum.enabled:
+            vacuum = HotTableVacuum(cfg.vacuum, dsn=self.dsn, schema=self.schema,
+                                    name=f"tenure-vacuum:{self.worker_id}")
+            threading.Thread(target=vacuum.run_forever, args=(reaper_stop,), name="tenure-vacuum", daemon=True).start()
         if cfg.reaper is not None:
             reaper = Reaper(cfg.reaper, dsn=self.dsn, schema=self.schema, reaper_id=f"reaper-{self.worker_id}")
             threading.Thread(target=reaper.run_forever, args=(reaper_stop,), name="tenure-reaper", daemon=True).start()

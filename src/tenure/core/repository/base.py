@@ -28,9 +28,10 @@ class RepositoryBase:
             cur.execute(self._q[name], params or {})
             return cur.fetchall() if cur.description else []
 
-    def _unprepared(self, name: str, params: dict[str, Any]) -> list[Row]:
+    def _unprepared(self, name: str, params: dict[str, Any] | None) -> list[Row]:
         """Run a query never as a prepared statement: planned each time with its parameters'
-        values, so a filter's literals fold and partial indexes (and job_history's CHECK) apply."""
+        values, so a filter's literals fold and partial indexes (and job_history's CHECK) apply;
+        ``None`` sends it in the simple protocol (what a utility statement like VACUUM needs)."""
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(self._q[name], params, prepare=False)
             return cur.fetchall() if cur.description else []

@@ -1,4 +1,5 @@
-"""Migrations and the schema version check, and the claim statistics a starting worker refreshes."""
+"""Migrations and the schema version check; the claim statistics a starting worker refreshes and
+the hot table's vacuum (reaper/vacuum.py decides when)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,28 @@ class SchemaQueries(RepositoryBase):
                 self._rows("job_table_analyze")
         except psycopg.errors.LockNotAvailable:
             return False
+        return True
+
+    def job_table_dead_rows(self) -> tuple[int, int, bool]:
+        """(dead, live, may_vacuum) of the jobs table, from the cumulative statistics."""
+        row = self._one("job_table_dead_rows")
+        if not row:
+            return 0, 0, False
+        return int(row["dead"]), int(row["live"]), bool(row["may_vacuum"])
+
+    def job_table_vacuum(self) -> bool:
+        """``VACUUM`` the jobs table unless another caller of this schema is vacuuming it (a
+        session advisory lock, not waited for); True if this call ran it. Needs an autocommit
+        connection. Another vacuum of the table (autovacuum's) makes PostgreSQL skip it with a
+        warning instead of waiting. Takes as long as the table and its indexes take to scan."""
+        lock = {"schema": self.schema}
+        row = self._one("job_table_vacuum_lock", lock)
+        if not row or not row["taken"]:
+            return False
+        try:
+            self._unprepared("job_table_vacuum", None)
+        finally:
+            self._one("job_table_vacuum_unlock", lock)
         return True
 
     def migrate(self) -> list[int]:

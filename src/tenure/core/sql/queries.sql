@@ -1422,3 +1422,23 @@ SELECT set_config('statement_timeout', %(value)s::text, true);
 SELECT idempotency_key, status, lock_token, attempt_count, lease_until, claimed_at, result_ref, last_error_code,
        created_at, updated_at, succeeded_at
 FROM {schema}.job_executions WHERE job_id = %(id)s ORDER BY created_at, idempotency_key;
+
+-- name: job_table_dead_rows
+-- The jobs table's dead and live row counts (cumulative statistics, at most a second behind) and whether this role may vacuum it (its owner, a member of the owner's role, or a superuser).
+SELECT coalesce(s.n_dead_tup, 0)::bigint AS dead, coalesce(s.n_live_tup, 0)::bigint AS live,
+       pg_has_role(c.relowner, 'USAGE') AS may_vacuum
+FROM pg_class c
+LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid = '{schema}.jobs'::regclass;
+
+-- name: job_table_vacuum_lock
+-- Take the one-vacuumer-per-schema session lock without waiting; `taken` says whether it was.
+SELECT pg_try_advisory_lock(hashtext('tenure-vacuum:' || %(schema)s)) AS taken;
+
+-- name: job_table_vacuum_unlock
+-- Release the session lock job_table_vacuum_lock took.
+SELECT pg_advisory_unlock(hashtext('tenure-vacuum:' || %(schema)s)) AS released;
+
+-- name: job_table_vacuum
+-- Vacuum the hot table now, dead index entries included, never waiting for a lock (another vacuum of it: skipped) and never truncating (its brief exclusive lock would queue the claims); autocommit only.
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) {schema}.jobs;
