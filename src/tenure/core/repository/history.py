@@ -65,10 +65,6 @@ class HistoryQueries(RepositoryBase):
         row = self._one("job_history_drop_oldest", {"schema": self.schema, "older_than": float(older_than)})
         return None if row is None or row["jobs"] is None else int(row["jobs"])
 
-    def history_prune_default(self, older_than: float, batch: int = 10_000) -> int:
-        row = self._one("job_history_prune_default", {"older_than": float(older_than), "batch": batch})
-        return int(row["deleted"]) if row else 0
-
     def history_partitions(self) -> list[HistoryPartition]:
         return [HistoryPartition(str(r["name"]), str(r["bounds"]), int(r["estimated_rows"]))
                 for r in self._rows("job_history_partition_list")]
