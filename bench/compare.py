@@ -137,12 +137,7 @@ def db_cpu(postmaster: int) -> float:
         root = psutil.Process(postmaster)
         t = root.cpu_times()
         total += t.user + t.system + t.children_user + t.children_system
-        for p in root.children(recursive=False):
-            try:
-                c = p.cpu_times()
-                total += c.user + c.system
-            except psutil.Error:
-                pass
+        total += processes_cpu(root.children(recursive=False))
     except psutil.Error:
         pass
     return total
@@ -218,12 +213,7 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0, base_s
     probe_backend = psutil.Process(int(probe_row[0]))
 
     def contender_db_cpu() -> float:
-        try:
-            t = probe_backend.cpu_times()
-            probe_cpu = t.user + t.system
-        except psutil.Error:
-            probe_cpu = 0.0
-        return db_cpu(server.postmaster_pid) - probe_cpu
+        return db_cpu(server.postmaster_pid) - processes_cpu([probe_backend])
     sql = remaining_sql(c.system)
     path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     if c.base:  # base_src is set: checked before the backlog was prepared

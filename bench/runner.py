@@ -30,7 +30,7 @@ from bench import stats
 from bench.compare import CONTENDERS, scenario_compare
 from bench.console import log
 from bench.flow import scenario_flow
-from bench.server import DATADIR_DEFAULT, Server, start_server
+from bench.server import DATADIR_DEFAULT, Server, processes_cpu, start_server
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 from bench.sustained_drain import scenario_sustained
 from bench.systems import BEST_DRAIN, SYSTEMS, Progress, WorkerPlan, fill, install, parse_plan, producer_cmd, worker_cmd
@@ -76,14 +76,7 @@ class Procs:
                 pass
 
     def cpu(self) -> float:
-        total = 0.0
-        for ps in self.ps:
-            try:
-                t = ps.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
+        return processes_cpu(self.ps)
 
     def stop(self, timeout: float = 20.0) -> list[str]:
         for p in self.procs:
