@@ -379,6 +379,36 @@ def test_query_protocol_form_in_xml_out(sqs: Any) -> None:
     assert status == 400 and root.find("s:Error/s:Code", ns).text == "InvalidAction"  # type: ignore[union-attr]
 
 
+def test_raw_http_refusals_are_one_json_message(sqs: Any) -> None:
+    """What no SDK sends: malformed JSON, a body over 2 MiB, another method; each one JSON error
+    with its status, and the server still serves /healthz, /metrics and the API after them."""
+    import json
+    import urllib.request
+
+    base = sqs.meta.endpoint_url
+
+    def call(method: str, path: str, body: bytes | None, **headers: str) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(base + path, data=body, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+    target = {"X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "application/x-amz-json-1.0"}
+    status, headers, body = call("POST", "/", b"{not json", **target)
+    assert status == 400 and json.loads(body)["__type"] == "com.amazonaws.sqs#SerializationException"
+    assert headers["x-amzn-query-error"] == "SerializationException;Sender" and headers["x-amzn-requestid"]
+    status, _, body = call("POST", "/", b"{" + b" " * (3 * 1024 * 1024) + b"}", **target)
+    assert status == 413 and json.loads(body)["message"] == "The request is too large."
+    status, headers, body = call("PUT", "/123456789012/q", b"{}", **target)
+    assert status == 405 and headers["allow"] == "GET, POST"
+    assert json.loads(body)["__type"] == "com.amazonaws.sqs#InvalidAction"
+    assert call("GET", "/healthz", None)[2] == b"ok\n"
+    assert b"tenure_sqs_requests_total" in call("GET", "/metrics", None)[2]
+    assert sqs.list_queues().get("QueueUrls") is None
+
+
 def test_binary_md5_helper_matches_base64_storage() -> None:
     from tenure.sqs.wire import md5_of_attributes
     attrs = {"b": {"DataType": "Binary", "BinaryValue": b"\x01\x02"}, "a": {"DataType": "String", "StringValue": "x"}}

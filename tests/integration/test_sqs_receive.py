@@ -128,3 +128,38 @@ def test_concurrent_receives_never_share_a_message(dsn: str, schema: str) -> Non
     for t in threads:
         t.join(timeout=60)
     assert sorted(got) == ids and sorted(timed) == ids
+
+
+@pytest.mark.parametrize("which", ["secret", "queue"])
+def test_an_insert_that_waited_on_a_concurrent_one_returns_its_row(dsn: str, schema: str, which: str) -> None:
+    """Two `tenure sqs` replicas start together (the HMAC key), or two clients create one queue:
+    the second insert waits on the first's uncommitted row, and once that commits it must get the
+    row the first stored, not nothing (its statement's snapshot predates that row)."""
+    def ensure(repo: Repository, candidate: bytes) -> object:
+        if which == "secret":
+            return repo.sqs_secret(candidate)
+        return dict(repo.sqs_queue_create("same", False, {"DelaySeconds": candidate.hex()}, {}))
+
+    got: list[object] = []
+    with connect(dsn) as first_conn, connect(dsn) as second_conn:
+        first = Repository(first_conn, schema)
+        with first_conn.transaction():
+            stored = ensure(first, b"\x01" * 32)
+            waiter = threading.Thread(target=lambda: got.append(ensure(Repository(second_conn, schema), b"\x02" * 32)))
+            waiter.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the second insert waits on the first's row lock
+                with connect(dsn) as probe:
+                    waiting = probe.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                            "AND pid = %s", (second_conn.info.backend_pid,)).fetchone()
+                if waiting and waiting["n"]:
+                    break
+                time.sleep(0.02)
+            else:
+                raise AssertionError("the second insert never waited on the first")
+        waiter.join(timeout=10)
+    if which == "secret":
+        assert got == [b"\x01" * 32] == [stored]
+    else:
+        assert len(got) == 1 and got[0]["created"] is False  # type: ignore[index]
+        assert got[0]["attributes"] == {"DelaySeconds": "01" * 32}  # type: ignore[index]

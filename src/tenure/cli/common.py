@@ -171,7 +171,7 @@ def serve_asgi(label: str, service: Any, app: Any, bind: str, *, path: str = "",
     sock = listen_socket(bind)
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=int(graceful_seconds)))
+                                           server_header=False, timeout_graceful_shutdown=int(graceful_seconds)))
     shown = f"[{host}]" if ":" in host else host
     print(f"{label} listening on http://{shown}:{port}{path}", flush=True)
     server.run(sockets=[sock])

@@ -97,13 +97,12 @@ def start_message_move_task(call: Call, params: dict[str, Any]) -> Reply:
 
 
 async def _run(call: Call, task: MoveTask, source: str, target: str) -> None:
-    from starlette.concurrency import run_in_threadpool
     task.runner = asyncio.current_task()
     batch = min(task.rate or 100, 100)
     try:
         while task.status == "RUNNING":
             started = time.monotonic()
-            moved = await run_in_threadpool(_move_batch, call, source, target, batch)
+            moved = await call.service.run(_move_batch, call, source, target, batch)
             task.moved += moved
             if moved == 0:
                 task.status = "COMPLETED"

@@ -48,7 +48,7 @@ class HandleError(ValueError):
 
 def seal_handle(key: bytes, queue: str, job_id: int, token: uuid.UUID) -> str:
     body = struct.pack(">q", job_id) + token.bytes
-    mac = hmac.new(key, queue.encode() + b"\0" + body, hashlib.sha256).digest()[:_MAC_BYTES]
+    mac = hmac.digest(key, queue.encode() + b"\0" + body, "sha256")[:_MAC_BYTES]
     return base64.urlsafe_b64encode(body + mac).decode().rstrip("=")
 
 
@@ -63,7 +63,7 @@ def open_handle(key: bytes, queue: str, handle: str) -> tuple[int, uuid.UUID]:
     if len(raw) != 24 + _MAC_BYTES or base64.urlsafe_b64encode(raw).decode().rstrip("=") != handle:
         raise HandleError("not a receipt handle")  # one spelling per handle: no slack in the padding bits
     body, mac = raw[:24], raw[24:]
-    expected = hmac.new(key, queue.encode() + b"\0" + body, hashlib.sha256).digest()[:_MAC_BYTES]
+    expected = hmac.digest(key, queue.encode() + b"\0" + body, "sha256")[:_MAC_BYTES]
     if not hmac.compare_digest(mac, expected):
         raise HandleError("receipt handle does not verify")
     return struct.unpack(">q", body[:8])[0], uuid.UUID(bytes=body[8:])

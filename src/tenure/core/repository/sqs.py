@@ -26,17 +26,25 @@ SQS_DEDUP_WINDOW_SECONDS = 300.0
 class SqsQueries(RepositoryBase):
     """SQS queues and messages on one connection; every message write is a CAS on its token."""
 
+    def _insert_or_read(self, name: str, params: dict[str, Any]) -> Row:
+        """Run an ``INSERT … ON CONFLICT DO NOTHING`` that else reads the existing row. When a
+        concurrent insert of the same key commits while this one waits on it, the statement's
+        snapshot predates that row and it finds none: the next run's snapshot sees it."""
+        for _ in range(3):
+            row = self._one(name, params)
+            if row is not None:
+                return row
+        raise RuntimeError(f"{name}: no row after 3 attempts (the row is being inserted and deleted concurrently)")
+
     def sqs_secret(self, candidate: bytes) -> bytes:
-        """The shared HMAC key of the receipt handles (``candidate`` is stored if none is yet)."""
-        row = self._one("sqs_secret_ensure", {"key": candidate})
-        assert row is not None
-        return bytes(row["hmac_key"])
+        """The shared HMAC key of the receipt handles (``candidate`` is stored if none is yet;
+        replicas starting together agree on the first one committed)."""
+        return bytes(self._insert_or_read("sqs_secret_ensure", {"key": candidate})["hmac_key"])
 
     def sqs_queue_create(self, name: str, fifo: bool, attributes: dict[str, str], tags: dict[str, str]) -> Row:
-        row = self._one("sqs_queue_create", {"name": name, "fifo": fifo, "attributes": Jsonb(attributes),
-                                             "tags": Jsonb(tags)})
-        assert row is not None
-        return row
+        """The queue, inserted (``created`` true) or as another caller made it (``created`` false)."""
+        return self._insert_or_read("sqs_queue_create", {"name": name, "fifo": fifo, "attributes": Jsonb(attributes),
+                                                         "tags": Jsonb(tags)})
 
     def sqs_queue_get(self, name: str) -> Row | None:
         return self._one("sqs_queue_get", {"name": name})
