@@ -1,0 +1,107 @@
+"""What one request costs `tenure sqs` itself: server CPU µs per request, with a client that
+costs almost nothing (one raw keep-alive socket, requests built once), so the figure is the
+server's alone. ``--before-src SRC`` runs a second server from another copy of the package
+source (``git archive REV src | tar -x -C /tmp/before``), measured alternately in the same run.
+
+    .venv/bin/python -m bench.sqs_server_cost --requests 2000 --runs 3 --before-src /tmp/before/src
+
+Two requests: an empty-queue ReceiveMessage(10) (HTTP, parsing, the thread hop and one pipelined
+database round trip: expiry, claim, first receives) and an unknown action (HTTP and the error
+reply only, no database). One machine's numbers (shared and noisy), never assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+from bench.server import processes_cpu
+from tenure.core.db import connect, resolve_dsn
+from tenure.core.repository import Repository
+
+REQUESTS = {
+    "ReceiveMessage (empty queue)": ("ReceiveMessage", {"QueueUrl": "http://x/000000000000/cost",
+                                                        "MaxNumberOfMessages": 10}),
+    "unknown action (no database)": ("NoSuchAction", {}),
+}
+
+
+def _start(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tenure.cli", "sqs", "--no-auth", "--bind", "127.0.0.1:0"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    while proc.poll() is None:
+        match = re.search(r"sqs listening on http://[\d.]+:(\d+)", log.read_text())
+        if match:
+            return proc, int(match.group(1))
+        time.sleep(0.05)
+    raise RuntimeError(f"tenure sqs exited: {log.read_text()[-2000:]}")
+
+
+def _calls(port: int, action: str, body: dict[str, object], count: int) -> None:
+    """``count`` requests, one after another, on one keep-alive connection."""
+    data = json.dumps(body).encode()
+    request = (f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Amz-Target: AmazonSQS.{action}\r\n"
+               f"Content-Type: application/x-amz-json-1.0\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
+    with socket.create_connection(("127.0.0.1", port)) as sock, sock.makefile("rb") as replies:
+        for _ in range(count):
+            sock.sendall(request)
+            length = 0
+            while (line := replies.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            replies.read(length)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=2000, help="requests per measurement")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--before-src", type=Path, default=None)
+    args = ap.parse_args()
+    dsn, schema = resolve_dsn(None), f"bench_sqs_cost_{uuid.uuid4().hex[:8]}"
+    with connect(dsn) as conn:
+        Repository(conn, schema).migrate()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-sqs-cost-"))
+    env = {**os.environ, "TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema}
+    servers = {"sqs": _start(env, tmp / "sqs.log")}
+    if args.before_src is not None:
+        servers["sqs-before"] = _start({**env, "PYTHONPATH": str(args.before_src.resolve())}, tmp / "before.log")
+    try:
+        for _, port in servers.values():
+            _calls(port, "CreateQueue", {"QueueName": "cost"}, 1)
+        for label, (action, body) in REQUESTS.items():
+            cpu: dict[str, list[float]] = {k: [] for k in servers}
+            for run in range(args.runs):
+                order = list(servers) if run % 2 == 0 else list(servers)[::-1]
+                for kind in order:
+                    proc, port = servers[kind]
+                    _calls(port, action, body, args.requests // 10)  # warm: connections, prepared statements
+                    before = processes_cpu([psutil.Process(proc.pid)])
+                    _calls(port, action, body, args.requests)
+                    cpu[kind].append((processes_cpu([psutil.Process(proc.pid)]) - before) / args.requests * 1e6)
+            print(f"{label}: " + ", ".join(
+                f"{k} {statistics.median(v):.0f} µs server CPU/request (runs {', '.join(f'{x:.0f}' for x in v)})"
+                for k, v in cpu.items()), flush=True)
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(timeout=10)
+        with connect(dsn) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+if __name__ == "__main__":
+    main()
