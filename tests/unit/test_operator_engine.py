@@ -268,6 +268,19 @@ def test_spec_max_running_must_be_a_non_negative_integer() -> None:
         parse_spec({**base, "paused": "yes"})
 
 
+def test_spec_vacuum_dead_rows_reaches_the_worker_and_zero_leaves_it_to_autovacuum() -> None:
+    from tenure.operator.manifests import worker_args
+    from tenure.operator.spec import SpecError, parse_spec
+
+    base = body()["spec"]
+    assert parse_spec(base).vacuum_dead_rows == 100_000
+    args = worker_args(parse_spec({**base, "vacuumDeadRows": 0}))
+    assert args[args.index("--vacuum-dead-rows") + 1] == "0"
+    for bad in (-1, "5", True):
+        with pytest.raises(SpecError, match="vacuumDeadRows"):
+            parse_spec({**base, "vacuumDeadRows": bad})
+
+
 # --------------------------------------------------------------------------- managed migrations
 
 

@@ -65,7 +65,7 @@ def test_deployment_runs_the_worker_with_every_setting() -> None:
     assert c["args"] == [
         "worker", "--app", "shop.tasks:app", "--queue", "emails", "--concurrency", "8",
         "--lease", "90", "--heartbeat", "20", "--grace", "12", "--drain-timeout", "45",
-        "--metrics-port", "9200", "--backoff-base", "2", "--backoff-max", "60",
+        "--metrics-port", "9200", "--vacuum-dead-rows", "100000", "--backoff-base", "2", "--backoff-max", "60",
     ]  # fmt: skip
 
 

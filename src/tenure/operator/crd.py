@@ -148,6 +148,12 @@ def _spec_schema() -> dict[str, Any]:
                 " claim statement (`tenure queues limit`); 0 means no limit.",
                 s.MAX_RUNNING_DEFAULT, 0, s.MAX_RUNNING_MAX,
             ),
+            "vacuumDeadRows": _int(
+                "Workers vacuum the jobs table once its dead rows reach this many and a fifth of"
+                " the live ones, one worker per schema at a time (`tenure worker"
+                " --vacuum-dead-rows`); 0 leaves it to autovacuum.",
+                s.VACUUM_DEAD_ROWS_DEFAULT, 0, s.VACUUM_DEAD_ROWS_MAX,
+            ),
             "database": _database_schema(),
             "leaseSeconds": _int(
                 "Lease granted per claim; a job whose lease expires is reaped.",

@@ -214,6 +214,8 @@ def worker_args(spec: s.JobQueueSpec) -> list[str]:
         str(spec.drain_timeout_seconds),
         "--metrics-port",
         str(spec.metrics_port),
+        "--vacuum-dead-rows",
+        str(spec.vacuum_dead_rows),
         *_backoff_args(spec),
     ]
 

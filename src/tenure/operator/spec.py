@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tenure.core.errors import ConfigError
+from tenure.reaper.vacuum import VACUUM_DEAD_ROWS_DEFAULT as VACUUM_DEAD_ROWS_DEFAULT
 
 GROUP = "tenure.dev"
 VERSION = "v1alpha1"
@@ -51,6 +52,7 @@ SERVICE_MONITOR_DEFAULT = True
 PAUSED_DEFAULT = False
 MAX_RUNNING_DEFAULT = 0
 MAX_RUNNING_MAX = 1_000_000
+VACUUM_DEAD_ROWS_MAX = 1_000_000_000
 EXPORTER_DEFAULT = True
 MIGRATIONS_MANAGED_DEFAULT = True
 
@@ -216,6 +218,9 @@ class JobQueueSpec:
     """Workers claim nothing from the queue while true (`tenure queues pause`); pods are kept."""
     max_running: int = MAX_RUNNING_DEFAULT
     """Global cap on the queue's running jobs across all pods (`tenure queues limit`); 0: none."""
+    vacuum_dead_rows: int = VACUUM_DEAD_ROWS_DEFAULT
+    """Workers vacuum the jobs table at this many dead rows (`tenure worker --vacuum-dead-rows`);
+    0 leaves it to autovacuum."""
 
     def validate(self) -> None:
         """Re-check the CRD's cross-field rules (a plain dict may not have met the API server)."""
@@ -243,6 +248,7 @@ class JobQueueSpec:
             ("scaling.targetReadyPerReplica", self.scaling.target_ready_per_replica, 1),
             ("metrics.port", self.metrics_port, 1),
             ("maxRunning", self.max_running, 0),
+            ("vacuumDeadRows", self.vacuum_dead_rows, 0),
         ):
             if value < low:
                 raise SpecError(f"spec.{name} must be >= {low}, got {value}")
@@ -343,6 +349,7 @@ def parse_spec(spec: Mapping[str, Any]) -> JobQueueSpec:
         ),
         paused=_get(spec, "paused", bool, PAUSED_DEFAULT, p),
         max_running=_get(spec, "maxRunning", int, MAX_RUNNING_DEFAULT, p),
+        vacuum_dead_rows=_get(spec, "vacuumDeadRows", int, VACUUM_DEAD_ROWS_DEFAULT, p),
         exporter=_get(metrics, "exporter", bool, EXPORTER_DEFAULT, p + "metrics."),
         migrations=MigrationsSpec(
             managed=_get(
