@@ -256,16 +256,8 @@ def main() -> None:
     sdks = args.sdk or ["boto3"]
     if "js" in sdks:
         _js_sdk()
-    dsn, schema = resolve_dsn(None), f"bench_sqs_{uuid.uuid4().hex[:8]}"
-    with connect(dsn) as conn:
-        Repository(conn, schema).migrate()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-sqs-"))
-    env = {**os.environ, "TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema}
-    servers = {"sqs": _server(env, tmp / "sqs.log")}
-    if args.before_src is not None:
-        servers["sqs-before"] = _server({**env, "PYTHONPATH": str(args.before_src.resolve())}, tmp / "before.log")
+    dsn, schema, tmp, servers, urls = start_servers("bench_sqs", args.before_src)
     try:
-        urls = {kind: _url(proc, tmp / ("sqs.log" if kind == "sqs" else "before.log")) for kind, proc in servers.items()}
         url = urls["sqs"]
         import boto3
         sqs: Any = boto3.client("sqs", endpoint_url=url, region_name="us-east-1", aws_access_key_id="b",
@@ -309,6 +301,23 @@ def main() -> None:
             server.wait(timeout=10)
         with connect(dsn) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def start_servers(prefix: str, before_src: Path | None) -> tuple[
+        str, str, Path, dict[str, subprocess.Popen[bytes]], dict[str, str]]:
+    """A fresh schema ``PREFIX_xxxxxxxx`` on the default database, and a `tenure sqs` on it
+    (``sqs``), plus one from ``before_src`` (``sqs-before``): dsn, schema, a temporary
+    directory, the server processes and their URLs."""
+    dsn, schema = resolve_dsn(None), f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with connect(dsn) as conn:
+        Repository(conn, schema).migrate()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-sqs-"))
+    env = {**os.environ, "TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema}
+    servers = {"sqs": _server(env, tmp / "sqs.log")}
+    if before_src is not None:
+        servers["sqs-before"] = _server({**env, "PYTHONPATH": str(before_src.resolve())}, tmp / "before.log")
+    urls = {kind: _url(proc, tmp / ("sqs.log" if kind == "sqs" else "before.log")) for kind, proc in servers.items()}
+    return dsn, schema, tmp, servers, urls
 
 
 def _server(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

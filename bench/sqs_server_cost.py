@@ -14,40 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import socket
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
-import uuid
 from pathlib import Path
 
 import psutil
 
 from bench.server import processes_cpu
-from tenure.core.db import connect, resolve_dsn
-from tenure.core.repository import Repository
+from bench.sqs_roundtrip import start_servers
+from tenure.core.db import connect
 
 REQUESTS = {
     "ReceiveMessage (empty queue)": ("ReceiveMessage", {"QueueUrl": "http://x/000000000000/cost",
                                                         "MaxNumberOfMessages": 10}),
     "unknown action (no database)": ("NoSuchAction", {}),
 }
-
-
-def _start(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tenure.cli", "sqs", "--no-auth", "--bind", "127.0.0.1:0"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
-    while proc.poll() is None:
-        match = re.search(r"sqs listening on http://[\d.]+:(\d+)", log.read_text())
-        if match:
-            return proc, int(match.group(1))
-        time.sleep(0.05)
-    raise RuntimeError(f"tenure sqs exited: {log.read_text()[-2000:]}")
 
 
 def _calls(port: int, action: str, body: dict[str, object], count: int) -> None:
@@ -71,14 +52,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--before-src", type=Path, default=None)
     args = ap.parse_args()
-    dsn, schema = resolve_dsn(None), f"bench_sqs_cost_{uuid.uuid4().hex[:8]}"
-    with connect(dsn) as conn:
-        Repository(conn, schema).migrate()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-sqs-cost-"))
-    env = {**os.environ, "TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema}
-    servers = {"sqs": _start(env, tmp / "sqs.log")}
-    if args.before_src is not None:
-        servers["sqs-before"] = _start({**env, "PYTHONPATH": str(args.before_src.resolve())}, tmp / "before.log")
+    dsn, schema, _, procs, urls = start_servers("bench_sqs_cost", args.before_src)
+    servers = {kind: (proc, int(urls[kind].rsplit(":", 1)[1])) for kind, proc in procs.items()}
     try:
         for _, port in servers.values():
             _calls(port, "CreateQueue", {"QueueName": "cost"}, 1)
