@@ -4,9 +4,10 @@ AWS JSON 1.0 (``X-Amz-Target: AmazonSQS.<Action>``) or the query protocol (form-
 logged and answered ``InternalFailure`` (500), never with a traceback.
 
 The API requests take a raw ASGI path (:func:`endpoint`: the scope's headers as they come, one
-response message) rather than Starlette's routing, middleware and Request objects, which cost a
-third of the server's CPU per request; Starlette serves the lifespan, ``/healthz`` and
-``/metrics``. A method other than GET and POST gets 405 with an SQS error body."""
+response message) rather than Starlette's routing, middleware and Request objects: with the
+service's own thread pool, a fifth less server CPU per request (``bench.sqs_server_cost``,
+docs/sqs.md). Starlette serves the lifespan, ``/healthz`` and ``/metrics``. A method other
+than GET and POST gets 405 with an SQS error body."""
 
 from __future__ import annotations
 
