@@ -2,6 +2,10 @@
 connection, as compare-and-sets on each attempt's token.
 
 All completions of a batch go in one statement; retries, dead-letters and releases one each.
+A batch holds at most ``ACK_BATCH_MAX_DEFAULT`` outcomes: when outcomes pile up (a slow
+statement, a lock, a failover) the thread writes them in bounded batches, one after another, so
+no statement grows with the backlog (issue 40: an unbounded batch made each statement slower
+than the last, and a drain collapsed).
 A lost connection is retried until the outcome is written (a worker owes its verdicts even
 while it stops). A batch the database *refuses* (a row it cannot store) must not block the
 others: the rest of the batch is then written one by one, and an outcome that still fails is
@@ -33,6 +37,12 @@ log = logging.getLogger("tenure.worker")
 
 RETRY_PAUSE_DEFAULT = 0.5
 """Seconds between two tries of a batch whose connection was lost."""
+ACK_BATCH_MAX_DEFAULT = 500
+"""Most outcomes written per batch. Measured (docs/performance.md, "Acknowledgements"): the
+completion statement costs about the same per job from 200 to 2,000 jobs (linear in its batch),
+while batches below 100 pay its fixed cost per few jobs; 500 keeps one statement within a few
+milliseconds and covers a worker of concurrency 200 that finished everything at once with one
+or two statements."""
 
 
 _STALE_OPERATION = {"retry": "retry", "dead": "dead_letter", "release": "release"}
@@ -53,8 +63,10 @@ class Acker:
     def __init__(self, *, dsn: str, schema: str, worker_id: str, slots: Slots, metrics: WorkerMetrics,
                  completed: Callable[[tuple[str, str]], Any],
                  runtime: Callable[[tuple[str, str]], Any] | None = None,
-                 redaction: Redaction = Redaction(), recheck: OutcomeRecheck | None = None) -> None:
+                 redaction: Redaction = Redaction(), recheck: OutcomeRecheck | None = None,
+                 batch_max: int = ACK_BATCH_MAX_DEFAULT) -> None:
         self.schema, self.worker_id = schema, worker_id
+        self.batch_max = batch_max
         self.slots, self.metrics, self.redaction = slots, metrics, redaction
         self._completed = completed
         """The completed-jobs counter child of a (queue, task), cached by the runtime."""
@@ -80,9 +92,12 @@ class Acker:
             self._thread.join(timeout=timeout)
 
     def run(self) -> None:
-        stop = False
-        while not stop:
+        stopping = False
+        # After the end marker, what is still queued (an outcome queued again after an
+        # interrupted write, a batch past the cap) is written before the thread ends.
+        while not (stopping and self._queue.empty()):
             batch, stop = self._next_batch()
+            stopping = stopping or stop
             self._observe_runtimes(batch)
             while batch:
                 try:
@@ -124,10 +139,12 @@ class Acker:
             observe_many(self._runtime(labels), seconds)
 
     def _next_batch(self) -> tuple[list[Outcome], bool]:
+        """What is queued, up to ``batch_max`` outcomes (waiting for the first); ``stop`` once the
+        end marker is reached. Outcomes past the cap stay queued for the next batch."""
         first = self._queue.get()
         batch = [] if first is None else [first]
         stop = first is None
-        while True:
+        while len(batch) < self.batch_max:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
@@ -136,6 +153,7 @@ class Acker:
                 stop = True
             else:
                 batch.append(item)
+        return batch, stop
 
     def write(self, repo: Repository, batch: list[Outcome]) -> list[Outcome]:
         """Write ``batch``. A lost connection or a demoted primary (``needs_reconnect``) raises
@@ -146,7 +164,7 @@ class Acker:
             self._write(repo, batch, done)
         except psycopg.Error as exc:
             if done:
-                self.slots.acked(len(done))
+                self.slots.acked([o.ctx for o in done])
             rest = [o for o in batch if not any(o is d for d in done)]
             if needs_reconnect(exc):
                 raise _Interrupted(rest, exc) from exc
@@ -168,7 +186,7 @@ class Acker:
                 return
             log.error("could not record the outcome (%s) of job %s; its lease will expire: %s",
                       outcome.kind, outcome.ctx.job.id, first_line(exc), extra=outcome.ctx.log_extra)
-            self.slots.acked(1, written=False)
+            self.slots.acked([outcome.ctx], written=False)
 
     def _write(self, repo: Repository, batch: list[Outcome], done: list[Outcome]) -> None:
         completes = [o for o in batch if o.kind == "complete"]
@@ -211,4 +229,4 @@ class Acker:
             if not ok:
                 self.metrics.stale_writes.labels(*labels, _STALE_OPERATION[o.kind]).inc()
             done.append(o)
-        self.slots.acked(len(batch))
+        self.slots.acked([o.ctx for o in batch])

@@ -80,7 +80,8 @@ class Executor:
         self.metrics, self.retry, self.redaction = metrics, retry, redaction
         self._on_done = on_done
         self._task_metrics: dict[tuple[str, str], _TaskMetrics] = {}
-        self.slots = Slots(concurrency, on_idle=on_done)
+        self.slots = Slots(concurrency, on_acked=on_done)
+        metrics.outcomes_unwritten.set_function(lambda: self.slots.unwritten)
         self.recheck = OutcomeRecheck(recheck, worker_id=worker_id, counter=metrics.outcomes_in_doubt)
         self.acker = Acker(dsn=dsn, schema=schema, worker_id=worker_id, slots=self.slots, metrics=metrics,
                            completed=lambda labels: self._tm(labels).completed,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import psycopg
 
 from tenure.core.errors import ConfigError, first_line
-from tenure.core.repository import Repository
+from tenure.core.repository import HeartbeatOutcome, Repository
 from tenure.core.service import ServiceConnection, run_service
 from tenure.worker.context import JobContext
 from tenure.worker.metrics import WorkerMetrics
@@ -85,10 +85,14 @@ class Heartbeater:
         return Repository(self._conn.get(retry=False), self.schema)
 
     def run_once(self) -> int:
-        """One renewal of every held lease; returns how many were lost. Raises on DB errors."""
+        """One renewal of every held lease; returns how many were lost. Raises on DB errors.
+
+        Finished jobs whose outcome is not yet written are renewed too (their slots stay taken
+        until it is), so a slow acknowledgement never lets the reaper re-run them; their leases
+        are never judged lost here, since no handler is left to tell."""
         with self._lock:
             taken = self.slots.snapshot()
-            snapshot, effects = taken.held, taken.effects
+            snapshot, effects, finished = taken.held, taken.effects, taken.finished
             sent_at = time.monotonic()
             overdue = {jid for jid, held in snapshot.items() if sent_at >= held.lease_deadline}
             for jid in overdue:
@@ -104,9 +108,10 @@ class Heartbeater:
             for jid, held in self._unconfirmed.items():
                 snapshot.setdefault(jid, held)
             overdue = set(self._unconfirmed)
+            beat = {**finished, **snapshot}  # a running attempt wins over a finished one of the same id
             try:
                 outcomes = self._repo().heartbeat(
-                    self.worker_id, [(jid, ctx.lock_token) for jid, ctx in snapshot.items()],
+                    self.worker_id, [(jid, ctx.lock_token) for jid, ctx in beat.items()],
                     self.config.lease, self.config.max_lease_total, list(effects),
                     self.config.max_effect_hold, abandoned=self.slots.abandoned)
             except Exception:
@@ -121,43 +126,49 @@ class Heartbeater:
                 self.metrics.heartbeat_timestamp.set_to_current_time()
             self.last_success = time.monotonic()
             for outcome in outcomes:
-                ctx = snapshot.get(outcome.id)
+                ctx = beat.get(outcome.id)
                 if ctx is None:
                     continue
-                labels = (ctx.job.queue, ctx.job.task)
                 if outcome.id in overdue:
                     self._unconfirmed.pop(outcome.id, None)
-                    if outcome.outcome != "renewed":  # already told; the database confirms: record it
-                        why = LOSS_REASONS.get(outcome.outcome, LOSS_REASON_DEFAULT)
-                        self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", why)
-                        if self.metrics:
-                            if outcome.outcome == "cancelled":
-                                self.metrics.cancelled_running.labels(*labels).inc()
-                            if outcome.outcome in ("lost", "cancelled"):
-                                self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
+                    if outcome.outcome not in ("renewed", "busy"):  # already told; the database confirms: record it
+                        self._record_loss(ctx, outcome.outcome)
                     continue  # a renewal of a lease already given up changes nothing here
                 if outcome.outcome == "renewed":
-                    # The DB granted `remaining` seconds from its own now(); counting them from our
-                    # send time is a safe lower bound, whatever the clocks say.
-                    remaining = outcome.remaining_seconds or 0.0
-                    ctx.lease_deadline = sent_at + remaining
-                    # now() is fixed within the statement: less than a full lease means the cap.
-                    ctx.lease_capped = remaining < self.config.lease - 1e-6
-                    if self.metrics:
-                        self.metrics.lease_extensions.labels(*labels).inc()
+                    self._renewed(ctx, outcome, sent_at)
                     continue
-                if not self.slots.holds(ctx):
-                    continue  # finished while we were renewing: not a loss
+                if outcome.outcome == "busy" or outcome.id not in snapshot or not self.slots.holds(ctx):
+                    # Locked by another transaction (this worker's own completion, most likely):
+                    # its deadline stands. Or finished while we were renewing: not a loss (the
+                    # outcome's own write is refused and recorded if the lease really moved).
+                    continue
                 lost += 1
-                reason = LOSS_REASONS.get(outcome.outcome, LOSS_REASON_DEFAULT)
-                self._repo().record_stale_write(outcome.id, ctx.lock_token, self.worker_id, "heartbeat", reason)
-                if self.metrics:  # tenure_leases_lost_total is counted by on_lost, once per attempt
-                    if outcome.outcome == "cancelled":
-                        self.metrics.cancelled_running.labels(*labels).inc()
-                    if outcome.outcome in ("lost", "cancelled"):
-                        self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
-                self.on_lost(ctx, reason)
+                self._record_loss(ctx, outcome.outcome)
+                self.on_lost(ctx, LOSS_REASONS.get(outcome.outcome, LOSS_REASON_DEFAULT))
             return lost
+
+    def _renewed(self, ctx: JobContext, outcome: HeartbeatOutcome, sent_at: float) -> None:
+        # The DB granted `remaining` seconds from its own now(); counting them from our send
+        # time is a safe lower bound, whatever the clocks say.
+        remaining = outcome.remaining_seconds or 0.0
+        ctx.lease_deadline = sent_at + remaining
+        # now() is fixed within the statement: less than a full lease means the cap.
+        ctx.lease_capped = remaining < self.config.lease - 1e-6
+        if self.metrics:
+            self.metrics.lease_extensions.labels(ctx.job.queue, ctx.job.task).inc()
+
+    def _record_loss(self, ctx: JobContext, verdict: str) -> None:
+        """The database's verdict on a lease this worker no longer holds: audited as
+        ``heartbeat_lost`` and counted (tenure_leases_lost_total is counted by on_lost, once per
+        attempt)."""
+        why = LOSS_REASONS.get(verdict, LOSS_REASON_DEFAULT)
+        self._repo().record_stale_write(ctx.job.id, ctx.lock_token, self.worker_id, "heartbeat", why)
+        if self.metrics:
+            labels = (ctx.job.queue, ctx.job.task)
+            if verdict == "cancelled":
+                self.metrics.cancelled_running.labels(*labels).inc()
+            if verdict in ("lost", "cancelled"):
+                self.metrics.stale_writes.labels(*labels, "heartbeat").inc()
 
     def beat_now(self) -> None:
         """A manual heartbeat from a handler (``ctx.heartbeat()``); synchronous."""
@@ -197,5 +208,9 @@ class Heartbeater:
     def _until_next_deadline(self) -> float:
         """Seconds until the earliest local lease deadline (so lease loss is signalled, and async
         handlers cancelled, at the deadline even while renewals fail)."""
-        deadlines = [ctx.lease_deadline for ctx in self.slots.snapshot().held.values()]
-        return (min(deadlines) - time.monotonic() + 0.001) if deadlines else float("inf")
+        taken, now = self.slots.snapshot(), time.monotonic()
+        # A finished job's deadline counts while it is ahead (one already past, its renewal
+        # refused or skipped, must not make the loop spin; the interval renews it again).
+        deadlines = [ctx.lease_deadline for ctx in taken.held.values()]
+        deadlines += [ctx.lease_deadline for ctx in taken.finished.values() if ctx.lease_deadline > now]
+        return (min(deadlines) - now + 0.001) if deadlines else float("inf")

@@ -78,6 +78,10 @@ class WorkerMetrics:
         self.attempts = Histogram("tenure_job_attempts", "Attempt number at claim.", qt,
                                   buckets=ATTEMPT_BUCKETS, registry=registry)
         self.in_flight = Gauge("tenure_jobs_in_flight", "Handlers running in this process.", qt, registry=registry)
+        self.outcomes_unwritten = Gauge(
+            "tenure_worker_outcomes_unwritten",
+            "Outcomes of finished attempts not yet written to the database; with the jobs in flight "
+            "they never exceed the worker's concurrency (the claim loop waits).", registry=registry)
         self.heartbeat_rtt = Histogram("tenure_heartbeat_roundtrip_seconds", "Duration of the heartbeat statement.",
                                        buckets=LATENCY_BUCKETS, registry=registry)
         self.db_reconnects = db_reconnects_counter(registry)

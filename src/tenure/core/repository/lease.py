@@ -62,8 +62,9 @@ _CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "att
 class HeartbeatOutcome:
     id: int
     outcome: str
-    """``renewed``, ``lost`` (token moved or row gone), ``cancelled`` (token revoked by a cancel)
-    or ``max_lease_reached`` (R4)."""
+    """``renewed``, ``lost`` (token moved or row gone), ``cancelled`` (token revoked by a cancel),
+    ``max_lease_reached`` (R4), or ``busy`` (still held by this token, but another transaction
+    has the row locked, e.g. this worker's own completion of it: not renewed, not lost)."""
     lease_expires_at: datetime | None
     remaining_seconds: float | None
     """Seconds of lease left after renewal, by the DB clock (less than the lease when capped)."""
@@ -155,25 +156,25 @@ class LeaseQueries(RepositoryBase):
         return self._rows("job_completion_recheck", {"ids": [a[0] for a in acked], "tokens": [a[1] for a in acked]})
 
     def complete_many(self, worker_id: str, done: Sequence[tuple[int, uuid.UUID]]) -> dict[int, bool]:
-        """Complete a batch; ``{id: accepted}``. Rejected ones are recorded as stale.
-
-        The statement finds each job's token by the job's position in the batch, so one
-        statement holds each id once: two attempts of one job in a batch (a lease lost and the
-        job claimed again by this worker) go in separate statements, in order."""
-        result: dict[int, bool] = {}
-        rest = list(done)
-        while rest:
-            seen: set[int] = set()
-            batch: list[tuple[int, uuid.UUID]] = []
-            later: list[tuple[int, uuid.UUID]] = []
-            for d in rest:
-                (later if d[0] in seen else batch).append(d)
-                seen.add(d[0])
-            rows = self._rows("job_complete_many", {"ids": [d[0] for d in batch],
-                                                    "tokens": [d[1] for d in batch], "worker_id": worker_id})
-            for r in rows:
-                result[int(r["id"])] = result.get(int(r["id"]), False) or bool(r["accepted"])
-            rest = later
+        """Complete a batch in one statement; ``{id: accepted}``. Refused (stale) attempts are
+        recorded by a second statement, run only when there are any. An id given with two
+        tokens (a lease lost and the job claimed again by this worker) is judged per token, and
+        is accepted when either attempt was."""
+        if not done:
+            return {}
+        ids, tokens = [d[0] for d in done], [d[1] for d in done]
+        rows = self._rows("job_complete_many", {"ids": ids, "tokens": tokens, "worker_id": worker_id})
+        moved = {(int(r["id"]), r["lock_token"]) for r in rows}
+        result = dict.fromkeys(ids, False)
+        rejected: list[tuple[int, uuid.UUID]] = []
+        for job_id, token in done:
+            if (job_id, token) in moved:
+                result[job_id] = True
+            else:
+                rejected.append((job_id, token))
+        if rejected:
+            self._rows("job_stale_completion_record", {"ids": [r[0] for r in rejected], "tokens": [r[1] for r in rejected],
+                                                   "worker_id": worker_id})
         return result
 
     def _cas(self, name: str, operation: str, params: dict[str, Any]) -> bool:

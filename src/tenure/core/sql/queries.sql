@@ -135,16 +135,24 @@ FROM blocked WHERE blocked;
 
 -- name: job_heartbeat
 -- Renew every lease a worker holds in one statement (CAS per job on its token), bounded by the max total lease (R3, R4).
+-- A row another transaction has locked is skipped, not waited for (`busy`): this worker's own
+-- completion of it may be in progress, blocked behind a lock elsewhere, and a heartbeat that
+-- waited would leave every other lease unrenewed. A locked row is safe from the reaper (it skips
+-- locked rows) and is renewed at the next beat if it is still there.
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
+), lockable AS (
+    SELECT j.id FROM {schema}.jobs j JOIN held ON j.id = held.id
+    WHERE j.status = 'running' AND j.locked_by = %(worker_id)s AND j.lock_token = held.token
+    FOR UPDATE OF j SKIP LOCKED
 ), renewed AS (
     UPDATE {schema}.jobs j
     SET last_heartbeat_at = now(),
         lease_expires_at = least(now() + make_interval(secs => %(lease)s),
                                  j.started_at + make_interval(secs => %(max_lease_total)s)),
         updated_at = now()
-    FROM held
-    WHERE j.id = held.id AND j.status = 'running' AND j.locked_by = %(worker_id)s
+    FROM held, lockable
+    WHERE j.id = lockable.id AND j.id = held.id AND j.status = 'running' AND j.locked_by = %(worker_id)s
       AND j.lock_token = held.token
       AND j.started_at + make_interval(secs => %(max_lease_total)s) > now()
     RETURNING j.id, j.lock_token, j.lease_expires_at
@@ -162,13 +170,15 @@ WITH held AS (
 )
 SELECT h.id,
        CASE WHEN r.id IS NOT NULL THEN 'renewed'
-            WHEN j.lock_token = h.token AND j.status = 'running' THEN 'max_lease_reached'
+            WHEN l.id IS NOT NULL THEN 'max_lease_reached'
+            WHEN j.lock_token = h.token AND j.status = 'running' THEN 'busy'
             WHEN j.status = 'cancelled' THEN 'cancelled'
             ELSE 'lost' END AS outcome,
        r.lease_expires_at,
        extract(epoch FROM r.lease_expires_at - now())::float8 AS remaining_seconds
 FROM held h
 LEFT JOIN renewed r ON r.id = h.id
+LEFT JOIN lockable l ON l.id = h.id
 LEFT JOIN {schema}.jobs j ON j.id = h.id;
 
 -- name: job_completion_recheck
@@ -181,21 +191,21 @@ FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
 LEFT JOIN {schema}.jobs j ON j.id = d.id;
 
 -- name: job_complete_many
--- Complete a batch of jobs, each a CAS on (id, running, worker, token), moving each from `jobs` into `job_history`; stale attempts are rejected and recorded.
+-- Complete a batch of jobs, each a CAS on (id, running, worker, token), moving each from `jobs` into `job_history`; returns the (id, token) pairs it accepted.
 -- The `completed` row is the attempt record: token, worker, attempt, and in `detail` its fence and start.
 -- The job leaves the hot table in this statement (0009): claims never step over completed rows.
 -- Its idempotency key is (re)claimed in job_keys, for jobs enqueued by a tenure older than 0009.
-WITH done AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
-), moved AS (
+-- Ids are paired with tokens by one unnest, joined to `jobs` by primary key: one index probe per
+-- id and no per-row array search, so the statement is linear in its batch (issue 40: a per-row
+-- array_position made it quadratic). An id given twice (two attempts of one job) is judged per
+-- token. Compared as text, `status` matches no partial index, so the primary key is the probe
+-- whatever the statistics of the running index say. Refused pairs are the caller's to record
+-- (job_stale_completion_record): a join of the batch against what this statement moved was planned
+-- as a nested loop over both, quadratic again.
+WITH moved AS (
     DELETE FROM {schema}.jobs j
-    -- One primary-key probe per id, whatever the statistics say: the token is looked up by the
-    -- id's position in the arrays (a join on the unnest was planned as a nested loop over the
-    -- whole batch per row, or as a scan of every running row's index entry, dead ones included,
-    -- with statistics from a fill when nothing ran yet). Compared as text, `status` matches no
-    -- partial index, so `id = ANY(ids)` is the index condition.
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status::text = 'running' AND j.locked_by = %(worker_id)s
-      AND j.lock_token = (%(tokens)s::uuid[])[array_position(%(ids)s::bigint[], j.id)]
+    USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
+    WHERE j.id = d.id AND j.status::text = 'running' AND j.locked_by = %(worker_id)s AND j.lock_token = d.token
     RETURNING j.*
 ), archived AS (
     INSERT INTO {schema}.job_history (
@@ -218,24 +228,25 @@ WITH done AS (
     DELETE FROM {schema}.sqs_receipts r USING moved m WHERE r.job_id = m.id
 ), accepted AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, detail)
-    SELECT id, queue_name, 'completed', (%(tokens)s::uuid[])[array_position(%(ids)s::bigint[], id)],
-           %(worker_id)s, attempt_count, jsonb_build_object('fence', fence, 'started_at', started_at)
+    SELECT id, queue_name, 'completed', lock_token, %(worker_id)s, attempt_count,
+           jsonb_build_object('fence', fence, 'started_at', started_at)
     FROM moved
-), rejected AS (
-    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
-    SELECT d.id, coalesce(j.queue_name, ''), 'stale_completion_rejected', d.token, %(worker_id)s,
-           -- the stale attempt's own number (the job's count has moved on): from the record that
-           -- ended that attempt (a `claimed` row before issue 13), else from the row it still holds
-           coalesce((SELECT c.attempt FROM {schema}.job_events c
-                     WHERE c.job_id = d.id AND c.lock_token = d.token
-                       AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
-                    CASE WHEN j.lock_token = d.token THEN j.attempt_count END),
-           'token no longer current'
-    FROM done d LEFT JOIN {schema}.all_jobs j ON j.id = d.id
-    WHERE NOT EXISTS (SELECT 1 FROM moved u WHERE u.id = d.id)
 )
-SELECT d.id, (u.id IS NOT NULL) AS accepted
-FROM done d LEFT JOIN moved u ON u.id = d.id;
+SELECT id, lock_token FROM moved;
+
+-- name: job_stale_completion_record
+-- Record completions the token CAS refused (stale attempts): one `stale_completion_rejected` row per (id, token), with the stale attempt's own number.
+INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason)
+SELECT d.id, coalesce(j.queue_name, ''), 'stale_completion_rejected', d.token, %(worker_id)s,
+       -- the stale attempt's own number (the job's count has moved on): from the record that
+       -- ended that attempt (a `claimed` row before issue 13), else from the row it still holds
+       coalesce((SELECT c.attempt FROM {schema}.job_events c
+                 WHERE c.job_id = d.id AND c.lock_token = d.token
+                   AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
+                CASE WHEN j.lock_token = d.token THEN j.attempt_count END),
+       'token no longer current'
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
+LEFT JOIN {schema}.all_jobs j ON j.id = d.id;
 
 -- name: job_retry
 -- Reschedule one failed attempt with a backoff delay (CAS on the token); records the classified error.
