@@ -377,7 +377,7 @@ def test_ui_defaults_read_only_with_probes_and_hardening(helm: str) -> None:
     c = _container(dep)
     assert c["image"] == "ghcr.io/tenure-dev/tenure:0.1.0"
     # Read-only by default; no users file unless a Secret is named; served at /.
-    assert c["args"] == ["ui", "--bind", "0.0.0.0:8080", "--read-only"]
+    assert c["args"] == ["ui", "--bind", "0.0.0.0:8080", "--shutdown-delay", "5s", "--read-only"]
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
@@ -396,8 +396,8 @@ def test_ui_prefix_users_and_ingress(helm: str) -> None:
     objs = docs(render(helm, CHART / "ci" / "components-values.yaml"))
     dep = _one(objs, "Deployment", "rel-tenure-ui")
     c = _container(dep)
-    assert c["args"] == ["ui", "--bind", "0.0.0.0:8080", "--read-only", "--users", "/etc/tenure-ui/users",
-                         "--prefix", "/tenure"]
+    assert c["args"] == ["ui", "--bind", "0.0.0.0:8080", "--shutdown-delay", "5s", "--read-only", "--users",
+                         "/etc/tenure-ui/users", "--prefix", "/tenure"]
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/tenure/healthz", "port": "http"}
     assert {"name": "users", "mountPath": "/etc/tenure-ui", "readOnly": True} in c["volumeMounts"]
@@ -423,7 +423,8 @@ def test_sqs_deployment_credentials_probes_and_service(helm: str) -> None:
     objs = docs(render(helm, sets=SQS_ON))
     dep = _one(objs, "Deployment", "rel-tenure-sqs")
     c = _container(dep)
-    assert c["args"] == ["sqs", "--bind", "0.0.0.0:9324", "--credentials", "/etc/tenure-sqs/credentials"]
+    assert c["args"] == ["sqs", "--bind", "0.0.0.0:9324", "--credentials", "/etc/tenure-sqs/credentials",
+                         "--shutdown-delay", "5s"]
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert _dsn_env(dep) == {"name": "tenure-db", "key": "url"}
@@ -440,6 +441,23 @@ def test_sqs_deployment_credentials_probes_and_service(helm: str) -> None:
     mon = _one(objs, "ServiceMonitor", "rel-tenure-sqs")
     assert mon["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
     assert mon["spec"]["selector"]["matchLabels"] == _one(objs, "Service", "rel-tenure-sqs")["spec"]["selector"]
+
+
+@pytest.mark.parametrize(("component", "sets"), [("ui", UI_ON), ("sqs", SQS_ON)])
+def test_the_grace_period_covers_the_shutdown_delay(helm: str, component: str, sets: tuple[str, ...]) -> None:
+    """SIGTERM fails /healthz, the server serves on for shutdownDelaySeconds (the Service drops the
+    pod meanwhile), then drains and exits within its graceful shutdown (issue 36): the
+    termination grace period covers both."""
+    for extra, delay, grace in (((), "5s", 30), ((f"{component}.shutdownDelaySeconds=20",), "20s", 45)):
+        dep = _one(docs(render(helm, sets=(*sets, *extra))), "Deployment", f"rel-tenure-{component}")
+        args = _container(dep)["args"]
+        assert args[args.index("--shutdown-delay") + 1] == delay
+        assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
+        assert "lifecycle" not in _container(dep)  # the pause is in the process: no preStop hook
+    cmd = [helm, "template", "rel", str(CHART), *(x for s in sets for x in ("--set", s)),
+           "--set", f"{component}.shutdownDelaySeconds=-1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "shutdownDelaySeconds" in proc.stderr, proc.stderr
 
 
 def test_each_service_selects_only_its_own_pods(helm: str) -> None:

@@ -152,13 +152,22 @@ def listen_socket(bind: str) -> socket.socket:
     return sock
 
 
-def serve_asgi(label: str, service: Any, app: Any, bind: str, *, path: str = "", graceful_seconds: float = 5) -> None:
+def serve_asgi(label: str, service: Any, app: Any, bind: str, *, path: str = "", graceful_seconds: float = 5,
+               shutdown_delay: float = 0) -> None:
     """Serve a `tenure ui` or `tenure sqs` app: open ``service`` first (a database it cannot
     open is a ConfigError, exit 2), listen on ``bind``, print ``LABEL listening on
-    http://HOST:PORT{path}`` once connections are accepted, and serve until SIGTERM or SIGINT
-    (open requests get ``graceful_seconds`` to finish). The app's lifespan closes the service."""
+    http://HOST:PORT{path}`` once connections are accepted, and serve until SIGTERM or SIGINT.
+    The app's lifespan closes the service.
+
+    The stop (issue 36, :mod:`tenure.core.shutdown`, ``service.shutdown``): the signal fails
+    readiness and closes each connection after its response; ``shutdown_delay`` seconds later
+    (or at a second signal) the service drains (SQS long polls answered empty, event streams
+    ended with a ``retry:`` hint), the listener closes, the requests in flight finish (cut
+    after ``graceful_seconds``) and the process returns (exit 0)."""
     import uvicorn
     from psycopg_pool import PoolTimeout
+
+    from tenure.cli._asgi import DrainingServer, close_when_stopping
 
     try:
         service.open()
@@ -170,8 +179,9 @@ def serve_asgi(label: str, service: Any, app: Any, bind: str, *, path: str = "",
         raise
     sock = listen_socket(bind)
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                           server_header=False, timeout_graceful_shutdown=int(graceful_seconds)))
+    config = uvicorn.Config(close_when_stopping(app, service.shutdown), log_level="warning", access_log=False,
+                            lifespan="on", server_header=False, timeout_graceful_shutdown=int(graceful_seconds))
+    server = DrainingServer(config, label, service.shutdown, shutdown_delay)
     shown = f"[{host}]" if ":" in host else host
     print(f"{label} listening on http://{shown}:{port}{path}", flush=True)
     server.run(sockets=[sock])

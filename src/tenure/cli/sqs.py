@@ -11,7 +11,8 @@ import argparse
 import logging
 from typing import Any
 
-from tenure.cli.common import command, serve_asgi
+from tenure.cli.common import command, duration, serve_asgi
+from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT
 from tenure.sqs.auth import load_credentials
 from tenure.sqs.service import ACCOUNT_DEFAULT, BIND_DEFAULT, REGION_DEFAULT, SqsConfig, SqsService
 
@@ -28,6 +29,9 @@ def register(sub: Any) -> None:
     auth.add_argument("--no-auth", action="store_true", help="accept unsigned requests from anyone who can connect")
     p.add_argument("--account-id", default=ACCOUNT_DEFAULT, help=f"the account id in queue URLs and ARNs (default {ACCOUNT_DEFAULT})")
     p.add_argument("--region", default=REGION_DEFAULT, help=f"the region in ARNs and in signatures' scope (default {REGION_DEFAULT})")
+    p.add_argument("--shutdown-delay", type=duration, default=SHUTDOWN_DELAY_DEFAULT, metavar="DURATION",
+                   help="on SIGTERM, fail /healthz and serve on this long, then drain (0: at once); behind a "
+                        "load balancer, longer than it takes to drop the endpoint, e.g. 5s (default 0)")
     p.set_defaults(func=cmd_sqs)
 
 
@@ -36,10 +40,10 @@ def cmd_sqs(args: argparse.Namespace) -> int:
 
     credentials = load_credentials(args.credentials) if args.credentials else None
     config = SqsConfig(dsn=args.dsn, schema=args.schema, bind=args.bind, account_id=args.account_id,
-                       region=args.region, credentials=credentials)
+                       region=args.region, credentials=credentials, shutdown_delay=args.shutdown_delay)
     config.validate()
     if credentials is None:
         log.warning("tenure sqs: --no-auth: every request is accepted unsigned; bind to a trusted network only")
     service = SqsService(config)
-    serve_asgi("sqs", service, build_app(service), config.bind)
+    serve_asgi("sqs", service, build_app(service), config.bind, shutdown_delay=config.shutdown_delay)
     return 0

@@ -11,7 +11,8 @@ import argparse
 import logging
 from typing import Any
 
-from tenure.cli.common import command, serve_asgi
+from tenure.cli.common import command, duration, serve_asgi
+from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT
 from tenure.ui.config import BIND_DEFAULT, UiConfig, normalise_prefix
 
 ORDER = 56
@@ -27,6 +28,9 @@ def register(sub: Any) -> None:
     p.add_argument("--trusted-user-header", metavar="NAME",
                    help="take the user from this header set by an authenticating proxy (e.g. X-Forwarded-User); "
                         "the role is theirs in --users, else viewer")
+    p.add_argument("--shutdown-delay", type=duration, default=SHUTDOWN_DELAY_DEFAULT, metavar="DURATION",
+                   help="on SIGTERM, fail /healthz and serve on this long, then drain (0: at once); behind a "
+                        "load balancer, longer than it takes to drop the endpoint, e.g. 5s (default 0)")
     p.set_defaults(func=cmd_ui)
 
 
@@ -35,10 +39,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from tenure.ui.service import UiService
 
     config = UiConfig(dsn=args.dsn, schema=args.schema, bind=args.bind, prefix=normalise_prefix(args.prefix),
-                      read_only=args.read_only, users_file=args.users, trusted_user_header=args.trusted_user_header)
+                      read_only=args.read_only, users_file=args.users, trusted_user_header=args.trusted_user_header,
+                      shutdown_delay=args.shutdown_delay)
     config.validate()
     if not config.users_file and not config.trusted_user_header and not config.read_only:
         log.warning("tenure ui: no --users and no --trusted-user-header: whoever can connect may change jobs")
     service = UiService(config)
-    serve_asgi("ui", service, build_app(service), config.bind, path=f"{config.prefix}/", graceful_seconds=3)
+    serve_asgi("ui", service, build_app(service), config.bind, path=f"{config.prefix}/", graceful_seconds=3,
+               shutdown_delay=config.shutdown_delay)
     return 0

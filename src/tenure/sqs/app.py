@@ -7,7 +7,8 @@ The API requests take a raw ASGI path (:func:`endpoint`: the scope's headers as 
 response message) rather than Starlette's routing, middleware and Request objects: with the
 service's own thread pool, a fifth less server CPU per request (``bench.sqs_server_cost``,
 docs/sqs.md). Starlette serves the lifespan, ``/healthz`` and ``/metrics``. A method other
-than GET and POST gets 405 with an SQS error body."""
+than GET and POST gets 405 with an SQS error body. On SIGTERM ``/healthz`` fails, and once the
+server drains every long poll is answered with no messages (:mod:`tenure.core.shutdown`)."""
 
 from __future__ import annotations
 
@@ -56,15 +57,21 @@ UNSUPPORTED = frozenset({"AddPermission", "RemovePermission"})
 
 async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     """Claim until a message arrives or WaitTimeSeconds pass, waking on the queue's NOTIFY (and
-    re-checking every ``long_poll_recheck`` seconds for delays and visibility timeouts that end)."""
-    req, found = await call.service.run(messages.receive_first, call, params)
+    re-checking every ``long_poll_recheck`` seconds for delays and visibility timeouts that end).
+    Once the server drains (SIGTERM), a long poll is answered at once with no messages, as SQS
+    answers one whose wait ran out: the client polls again, through another replica."""
+    service = call.service
+    req, found = await service.run(messages.receive_first, call, params)
     deadline = time.monotonic() + req.wait
-    while True:
+    while not found and not service.shutdown.draining:
         left = deadline - time.monotonic()
-        if found or left <= 0:
-            return {"Messages": found} if found else {}
-        await call.service.wakeups.wait(req.queue["name"], min(left, call.config.long_poll_recheck))
-        found = await call.service.run(messages.receive_once, call, req)
+        if left <= 0:
+            break
+        await service.wakeups.wait(req.queue["name"], min(left, call.config.long_poll_recheck))
+        if service.shutdown.draining:
+            break
+        found = await service.run(messages.receive_once, call, req)
+    return {"Messages": found} if found else {}
 
 
 def _error_reply(exc: SqsError, request_id: str, *, json_protocol: bool) -> tuple[int, bytes, bytes, Headers]:
@@ -199,6 +206,10 @@ def _json_params(body: bytes) -> dict[str, Any]:
 
 
 async def health(request: Request) -> Response:
+    """200 while serving; 503 from SIGTERM on (readiness fails before the drain)."""
+    service: SqsService = request.app.state.service
+    if service.shutdown.stopping:
+        return Response("stopping\n", status_code=503, media_type="text/plain")
     return Response("ok\n", media_type="text/plain")
 
 

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 from tenure.core.db import connect, connection_options
 from tenure.core.repository import Repository
 from tenure.core.repository.specs import Row
+from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT, SHUTDOWN_DELAY_MAX, Shutdown
 from tenure.sqs.auth import Credential
 from tenure.sqs.errors import SqsError, missing, no_queue
 from tenure.sqs.metrics import SqsMetrics
@@ -62,6 +63,8 @@ class SqsConfig:
     """None: --no-auth (every request accepted, unsigned or not)."""
     pool_size: int = POOL_SIZE_DEFAULT
     long_poll_recheck: float = LONG_POLL_RECHECK_DEFAULT
+    shutdown_delay: float = SHUTDOWN_DELAY_DEFAULT
+    """Seconds from SIGTERM to the drain, /healthz failing meanwhile (:mod:`tenure.core.shutdown`)."""
 
     def validate(self) -> None:
         from tenure.core.errors import ConfigError
@@ -74,16 +77,22 @@ class SqsConfig:
             raise ConfigError(f"invalid --region {self.region!r}")
         if self.pool_size < 1:
             raise ConfigError("the pool size must be >= 1")
+        if not 0 <= self.shutdown_delay <= SHUTDOWN_DELAY_MAX:
+            raise ConfigError(f"--shutdown-delay must be 0 to {SHUTDOWN_DELAY_MAX:g} seconds, "
+                              f"got {self.shutdown_delay:g}")
 
 
 class Wakeups:
     """Long polls waiting per queue, woken when the database notifies the queue (enqueue,
-    release, requeue). One thread holds the LISTEN connection and reconnects after an error."""
+    release, requeue), and all at once by :meth:`drain`. One thread holds the LISTEN connection
+    and reconnects after an error."""
 
     def __init__(self, config: SqsConfig) -> None:
         self.config = config
         self.loop: asyncio.AbstractEventLoop | None = None
         self.waiting: dict[str, set[asyncio.Event]] = {}
+        self.draining = False
+        """Set by :meth:`drain`: a wait returns at once."""
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="tenure-sqs-listen", daemon=True)
 
@@ -97,7 +106,17 @@ class Wakeups:
     def waiters(self) -> int:
         return sum(len(v) for v in self.waiting.values())
 
+    def drain(self) -> None:
+        """Wake every long poll waiting, and every later one at once (on the event loop)."""
+        self.draining = True
+        for events in self.waiting.values():
+            for event in events:
+                event.set()
+
     async def wait(self, queue: str, timeout: float) -> None:
+        """Until the queue is notified, ``timeout`` seconds pass, or the server drains."""
+        if self.draining:
+            return
         event = asyncio.Event()
         self.waiting.setdefault(queue, set()).add(event)
         try:
@@ -126,7 +145,8 @@ class Wakeups:
 
 
 class SqsService:
-    """The shared state: config, pool, HMAC key, wake-ups."""
+    """The shared state: config, pool, HMAC key, wake-ups, and the stop state (its drain wakes
+    the long polls)."""
 
     def __init__(self, config: SqsConfig) -> None:
         config.validate()
@@ -137,6 +157,8 @@ class SqsService:
             connection_class=psycopg.Connection)
         self.key = b""
         self.wakeups = Wakeups(config)
+        self.shutdown = Shutdown()
+        self.shutdown.on_drain(self.wakeups.drain)
         self.queue_cache: dict[str, tuple[float, Row]] = {}
         """Queue rows by name with their expiry (monotonic): :data:`QUEUE_CACHE_SECONDS`."""
         self.move_tasks: dict[str, Any] = {}

@@ -44,11 +44,13 @@ from tenure.core.errors import ConfigError
 from tenure.ui import api, openapi, pages
 from tenure.ui.auth import AuthError, Identity
 from tenure.ui.filters import FilterError
-from tenure.ui.service import UiService
+from tenure.ui.service import END, UiService
 
 log = logging.getLogger("tenure.ui")
 BODY_MAX = 1024 * 1024
 EVENT_PING_SECONDS = 15.0
+DRAIN_RETRY_MS = 1000
+"""The reconnection delay an event stream ends with when the server drains (its ``retry:`` field)."""
 _FORWARDED_PREFIX = re.compile(r"^(/[A-Za-z0-9._~-]+)+/?$")
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 
@@ -154,7 +156,9 @@ class TimestampJSONResponse(JSONResponse):
 
 
 async def events(request: Request) -> Response:
-    """``GET api/v1/events``: server-sent events, one ``change`` per batch of new or changed jobs."""
+    """``GET api/v1/events``: server-sent events, one ``change`` per batch of new or changed jobs.
+    When the server drains (SIGTERM) the stream ends with ``retry:`` :data:`DRAIN_RETRY_MS`: the
+    browser's EventSource reconnects that much later, to another replica."""
     service: UiService = request.app.state.service
     try:
         _identify(request)
@@ -171,6 +175,9 @@ async def events(request: Request) -> Response:
                 except TimeoutError:
                     yield ": ping\n\n"
                     continue
+                if message is END:
+                    yield f": the server is shutting down: reconnect\nretry: {DRAIN_RETRY_MS}\n\n"
+                    return
                 yield f"event: change\ndata: {message}\n\n"
         finally:
             service.feed.unsubscribe(queue)
@@ -196,6 +203,10 @@ async def asset(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
+    """200 while serving; 503 from SIGTERM on (readiness fails before the drain)."""
+    service: UiService = request.app.state.service
+    if service.shutdown.stopping:
+        return PlainTextResponse("stopping\n", status_code=503)
     return PlainTextResponse("ok\n")
 
 

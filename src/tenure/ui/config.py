@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from tenure.core.errors import ConfigError
+from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT, SHUTDOWN_DELAY_MAX
 
 BIND_DEFAULT = "127.0.0.1:8080"
 POOL_SIZE_DEFAULT = 6
@@ -44,6 +45,8 @@ class UiConfig:
     pool_size: int = POOL_SIZE_DEFAULT
     statement_timeout_seconds: float = STATEMENT_TIMEOUT_SECONDS_DEFAULT
     feed_poll_seconds: float = FEED_POLL_SECONDS_DEFAULT
+    shutdown_delay: float = SHUTDOWN_DELAY_DEFAULT
+    """Seconds from SIGTERM to the drain, /healthz failing meanwhile (:mod:`tenure.core.shutdown`)."""
 
     def validate(self) -> None:
         host, _, port = self.bind.rpartition(":")
@@ -57,3 +60,6 @@ class UiConfig:
             raise ConfigError("the pool size must be >= 1")
         if not self.statement_timeout_seconds > 0 or not self.feed_poll_seconds > 0:
             raise ConfigError("timeouts must be positive")
+        if not 0 <= self.shutdown_delay <= SHUTDOWN_DELAY_MAX:
+            raise ConfigError(f"--shutdown-delay must be 0 to {SHUTDOWN_DELAY_MAX:g} seconds, "
+                              f"got {self.shutdown_delay:g}")

@@ -9,19 +9,24 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeAlias
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from tenure.core.db import connect, connection_options
 from tenure.core.repository import Repository
+from tenure.core.shutdown import Shutdown
 from tenure.ui.auth import Authenticator, load_users
 from tenure.ui.config import UiConfig
 
 log = logging.getLogger("tenure.ui")
 SUBSCRIBER_BACKLOG = 100
 """Changes queued per event stream; a client that falls further behind gets a ``resync``."""
+END = None
+"""Queued to every event stream when the server drains: the stream ends (with a ``retry:`` hint)."""
+Message: TypeAlias = str | None
+"""One change (JSON text) for an event stream, or :data:`END`."""
 
 
 class ChangeFeed:
@@ -33,17 +38,22 @@ class ChangeFeed:
     walks of a primary key), and publishes one change: the new jobs' range and the ids of jobs
     whose state changed. A claim writes no event: a job that only started running shows up on the
     next change of its page, or on the polling fallback.
+
+    :meth:`drain` (SIGTERM) queues :data:`END` to every stream, and to every stream that
+    subscribes later; nothing is published after it.
     """
 
     def __init__(self, config: UiConfig) -> None:
         self.config = config
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.subscribers: set[asyncio.Queue[str]] = set()
+        self.subscribers: set[asyncio.Queue[Message]] = set()
         self.lock = threading.Lock()
         self.newest_job_id = 0
         self.last_event_id = 0
         self.started = False
         """Whether the feed has read where it starts (the first pass publishes nothing)."""
+        self.draining = False
+        """Set by :meth:`drain` (on the event loop)."""
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="tenure-ui-feed", daemon=True)
 
@@ -54,15 +64,31 @@ class ChangeFeed:
     def close(self) -> None:
         self.stop.set()
 
-    def subscribe(self) -> asyncio.Queue[str]:
-        queue: asyncio.Queue[str] = asyncio.Queue(SUBSCRIBER_BACKLOG)
+    def subscribe(self) -> asyncio.Queue[Message]:
+        """A stream's queue (on the event loop); it holds :data:`END` at once if the server drains."""
+        queue: asyncio.Queue[Message] = asyncio.Queue(SUBSCRIBER_BACKLOG)
+        if self.draining:
+            queue.put_nowait(END)
+            return queue
         with self.lock:
             self.subscribers.add(queue)
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[str]) -> None:
+    def unsubscribe(self, queue: asyncio.Queue[Message]) -> None:
         with self.lock:
             self.subscribers.discard(queue)
+
+    def drain(self) -> None:
+        """End every event stream: each queue gets :data:`END` (its backlog dropped if full).
+        On the event loop."""
+        self.draining = True
+        with self.lock:
+            queues = list(self.subscribers)
+        for queue in queues:
+            if queue.full():
+                while not queue.empty():
+                    queue.get_nowait()
+            queue.put_nowait(END)
 
     def run_once(self, repo: Repository) -> dict[str, Any] | None:
         """One look for changes since the last; the change published, or None."""
@@ -90,7 +116,16 @@ class ChangeFeed:
         with self.lock:
             queues = list(self.subscribers)
         for queue in queues:
-            self.loop.call_soon_threadsafe(_offer, queue, message)
+            self.loop.call_soon_threadsafe(self._offer, queue, message)
+
+    def _offer(self, queue: asyncio.Queue[Message], message: str) -> None:
+        if self.draining:  # the stream ends with END; nothing may push it out of a full queue
+            return
+        if queue.full():  # a slow client: drop its backlog, tell it to refetch
+            while not queue.empty():
+                queue.get_nowait()
+            message = json.dumps({"type": "resync"})
+        queue.put_nowait(message)
 
     def _run(self) -> None:
         while not self.stop.is_set():
@@ -107,16 +142,9 @@ class ChangeFeed:
                 self.stop.wait(1.0)
 
 
-def _offer(queue: asyncio.Queue[str], message: str) -> None:
-    if queue.full():  # a slow client: drop its backlog, tell it to refetch
-        while not queue.empty():
-            queue.get_nowait()
-        message = json.dumps({"type": "resync"})
-    queue.put_nowait(message)
-
-
 class UiService:
-    """The shared state of one process: config, authenticator, pool, change feed."""
+    """The shared state of one process: config, authenticator, pool, change feed, and the stop
+    state (its drain ends the event streams)."""
 
     def __init__(self, config: UiConfig) -> None:
         config.validate()
@@ -130,6 +158,8 @@ class UiService:
                     "options": f"-c statement_timeout={timeout_ms}"},
             connection_class=psycopg.Connection)
         self.feed = ChangeFeed(config)
+        self.shutdown = Shutdown()
+        self.shutdown.on_drain(self.feed.drain)
         self.opened = False
 
     def open(self) -> None:
