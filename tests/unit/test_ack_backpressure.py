@@ -187,3 +187,27 @@ def test_the_acker_writes_bounded_batches_in_order() -> None:
 def test_ack_batch_default_is_bounded() -> None:
     assert 50 <= ACK_BATCH_MAX_DEFAULT <= 2000
 
+
+
+def test_an_acker_that_dies_gives_up_its_outcomes_and_stops_the_worker() -> None:
+    """A bug in the acknowledgement thread must not leave finished jobs renewed for ever by a
+    worker that can write nothing: their leases are let go (the reaper recovers them), the
+    slots owe nothing, and the worker is told to stop."""
+    slots = Slots(2)
+    metrics = WorkerMetrics(CollectorRegistry())
+    acker = Acker(dsn="postgresql://127.0.0.1:1/none", schema="s", worker_id="w", slots=slots, metrics=metrics,
+                  completed=lambda labels: metrics.completed.labels(*labels))
+    stopped: list[int] = []
+    acker.on_failure = lambda: stopped.append(1)
+
+    def broken(batch: list[Outcome]) -> None:
+        raise RuntimeError("a bug")
+
+    acker._observe_runtimes = broken  # type: ignore[method-assign]
+    ctx = _ctx(1)
+    slots.take(ctx)
+    slots.finish(ctx)
+    acker.put(Outcome(ctx, "complete"))
+    acker.run()
+    assert acker.failure == "a bug" and stopped == [1]
+    assert slots.unwritten == 0 and slots.snapshot().finished == {} and not slots.busy()

@@ -74,6 +74,10 @@ class Acker:
         """The runtime histogram child of a (queue, task): handler times are observed here, per batch."""
         self.recheck = recheck or OutcomeRecheck(worker_id=worker_id, counter=metrics.outcomes_in_doubt)
         """The last acknowledged outcomes, re-read after this thread reconnects (a failover)."""
+        self.failure: str | None = None
+        """Why the thread died of an unexpected error (a bug, not the database: those are retried)."""
+        self.on_failure: Callable[[], None] = lambda: None
+        """Called once the thread has died (the worker stops: it can acknowledge nothing more)."""
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._conn = ServiceConnection(dsn, f"tenure-ack:{worker_id}", log=log, retry_after_stop=True)
         self._thread: threading.Thread | None = None
@@ -92,6 +96,21 @@ class Acker:
             self._thread.join(timeout=timeout)
 
     def run(self) -> None:
+        """Write outcomes until stopped. An unexpected error (not a database one) ends the
+        thread: the outcomes it still owes are given up (their leases expire and the reaper
+        recovers the jobs, instead of being renewed for ever by a worker that can write nothing),
+        ``/healthz`` fails, and the worker stops."""
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - the worker must learn of it, not hang
+            self.failure = first_line(exc)
+            log.exception("the acknowledgement thread failed; giving up %d unwritten outcome(s)",
+                          self.slots.unwritten)
+            self.slots.give_up_unwritten()
+            self._conn.close()
+            self.on_failure()
+
+    def _run(self) -> None:
         stopping = False
         # After the end marker, what is still queued (an outcome queued again after an
         # interrupted write, a batch past the cap) is written before the thread ends.

@@ -162,6 +162,7 @@ class Worker:
                                  redaction=config.redaction, heartbeat_now=lambda: self.heartbeater.beat_now(),
                                  on_done=self._wakeup.set)
         self.slots, self.acker = self.executor.slots, self.executor.acker
+        self.acker.on_failure = self.request_stop
         self.heartbeater = Heartbeater(config.heartbeat, dsn=dsn, schema=schema, worker_id=self.worker_id,
                                        slots=self.slots, metrics=self.metrics, on_lost=self.executor.lease_lost)
         self.listener = Listener(dsn=dsn, schema=schema, worker_id=self.worker_id, queues=config.queues,
@@ -172,6 +173,8 @@ class Worker:
         ok, why = self.heartbeater.healthy()
         if not ok:
             return ok, why
+        if self.acker.failure is not None:
+            return False, f"the acknowledgement thread failed: {self.acker.failure}"
         limit = self.config.max_abandoned or self.config.concurrency
         if self.slots.abandoned >= limit:
             return False, f"{self.slots.abandoned} handler threads outlived their lease"

@@ -174,6 +174,16 @@ class Slots:
             self._changed.notify_all()
             self._on_acked()
 
+    def give_up_unwritten(self) -> None:
+        """No outcome will be written any more (the acknowledgement thread died): stop renewing
+        the finished jobs' leases, so they expire and the reaper recovers the jobs, and owe
+        nothing (a drain does not wait for writes that cannot come)."""
+        with self._lock:
+            self._finished.clear()
+            self._pending_acks = 0
+            self._changed.notify_all()
+            self._on_acked()
+
     def wait_idle(self, deadline: float) -> None:
         """Until no job runs or the monotonic ``deadline`` passes."""
         with self._lock:
