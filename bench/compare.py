@@ -2,8 +2,9 @@
 
 One *contender* is a system plus a configuration, run as N worker processes of its command
 line (``tenure worker --burst …``, ``pgq run … --mode drain``) against a fresh database holding
-an identical backlog of no-op jobs. The runner interleaves contenders (A B C A B C …) and for
-each run reports, measured from outside the workers:
+an identical backlog of no-op jobs (job ``i`` carries ``bench.payloads.payload(i, --payload-bytes)``,
+the same bytes for every contender, the floor's table included). The runner interleaves
+contenders (A B C A B C …) and for each run reports, measured from outside the workers:
 
 - **steady state**: jobs finished between 10 % and 90 % of the backlog, divided by the time
   between those two moments, polled from the database every ``POLL`` seconds (or every 0.5 % of
@@ -39,6 +40,7 @@ import psycopg
 
 from bench import stats
 from bench.console import log
+from bench.payloads import describe
 from bench.server import processes_cpu
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 
@@ -161,25 +163,28 @@ class _Waiter(threading.Thread):
         self.proc.returncode = self.status
 
 
-def prepare(server: Any, system: str, n: int, *, base_src: Path | None = None) -> str:
+def prepare(server: Any, system: str, n: int, *, base_src: Path | None = None, payload_bytes: int = 0) -> str:
     """A fresh database with ``n`` no-op jobs enqueued through the system's own batch API
-    (``base_src``: tenure's schema and fill from those older sources, as its workers expect)."""
-    from bench.systems import fill, install
+    (``base_src``: tenure's schema and fill from those older sources, as its workers expect);
+    job ``i`` carries ``payloads.payload(i, payload_bytes)`` (0: empty, as before)."""
+    from bench.systems import bulk_insert, fill, install
     dsn: str = server.fresh_db(f"bench_cmp_{system}")
     if base_src is not None and system == "tenure":
         env = {**os.environ, "PYTHONPATH": f"{base_src}{os.pathsep}{ROOT}"}
         subprocess.run([sys.executable, "-c", "import sys; from bench.systems import fill, install; "
-                        "install('tenure', sys.argv[1]); fill('tenure', sys.argv[1], int(sys.argv[2]))", dsn, str(n)],
+                        "install('tenure', sys.argv[1]); "
+                        "fill('tenure', sys.argv[1], int(sys.argv[2]), payload_bytes=int(sys.argv[3]))",
+                        dsn, str(n), str(payload_bytes)],
                        check=True, cwd=ROOT, env=env)
     elif system == "floor":
         q = bench_queries()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(q["floor_create"])
-            conn.execute(q["floor_fill"], {"n": n})
+            bulk_insert(conn, "floor_fill", n, payload_bytes)
             conn.execute(q["floor_vacuum"])
     else:
         install(system, dsn)
-        fill(system, dsn, n)
+        fill(system, dsn, n, payload_bytes=payload_bytes)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CHECKPOINT")  # the fill's dirty pages are not written during the run
     return dsn
@@ -193,17 +198,19 @@ def remaining_sql(system: str) -> str:
 
 def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0, base_src: Path | None = None,
             dsn: str | None = None, trace: bool = False, poll_floor: float = POLL,
-            poll_cost_factor: float = 0.0, poll_share: float = 0.005) -> CompareResult:
-    """One run of contender ``c`` on a fresh backlog of ``n`` jobs (or on ``dsn``, already holding
-    them). ``trace``: keep every poll as ``(seconds since spawn, jobs done)`` in ``extra["samples"]``
-    (the time is taken before the count, whose snapshot is the statement's start). ``poll_floor``:
+            poll_cost_factor: float = 0.0, poll_share: float = 0.005, payload_bytes: int = 0) -> CompareResult:
+    """One run of contender ``c`` on a fresh backlog of ``n`` jobs of ``payload_bytes`` payloads
+    (``prepare``; or on ``dsn``, already holding them). ``trace``: keep every poll as ``(seconds
+    since spawn, jobs done)`` in ``extra["samples"]`` (the time is taken before the count, whose
+    snapshot is the statement's start). ``poll_floor``:
     the shortest interval between polls once the first job is done (before it, ``POLL``);
     ``poll_cost_factor``: wait at least that many times the last poll's own duration (the count
     costs ~300 ms at 1.5M remaining jobs: 10 keeps the probe under 10 % of one core);
     ``poll_share``: and at least that share of the time elapsed since the spawn."""
     if c.base and base_src is None:
         raise RuntimeError(f"{c.key} needs --base-src (a directory holding an older src/tenure)")
-    dsn = dsn or prepare(server, c.system, n, base_src=base_src if c.base else None)
+    dsn = dsn or prepare(server, c.system, n, base_src=base_src if c.base else None,
+                         payload_bytes=payload_bytes)
     # The probe's count scans the whole table at a large backlog (5-15 ms per poll at 200k, as a
     # parallel scan with two more processes): one process only, and its CPU is taken out of the
     # database's figure below, so that figure is the contender's own.
@@ -316,10 +323,10 @@ def _med(rs: list[CompareResult], attr: str) -> stats.Summary | None:
     return stats.summarize([getattr(r, attr) for r in rs])
 
 
-def table(results: dict[str, list[CompareResult]], n: int) -> tuple[str, dict[str, Any]]:
+def table(results: dict[str, list[CompareResult]], n: int, payload_bytes: int = 0) -> tuple[str, dict[str, Any]]:
     """The comparison tables (medians with min–max) and their JSON form."""
     rows = []
-    data: dict[str, Any] = {"backlog": n, "contenders": {}, "ratios": {}}
+    data: dict[str, Any] = {"backlog": n, "payload_bytes": payload_bytes, "contenders": {}, "ratios": {}}
     for key, rs in results.items():
         if not rs:
             continue
@@ -370,7 +377,8 @@ def scenario_compare(server: Any, args: Any, rep: Any) -> None:
     failures: list[str] = []
     for run, key in stats.interleave(list(keys), runs):
         try:
-            r = run_one(server, CONTENDERS[key], n, base_src=args.base_src, timeout=max(300.0, n / 50))
+            r = run_one(server, CONTENDERS[key], n, base_src=args.base_src, timeout=max(300.0, n / 50),
+                        payload_bytes=args.payload_bytes)
         except RuntimeError as exc:  # one stuck or failed run must not lose the others
             failures.append(f"run {run + 1} {key}: {str(exc)[:300]}")
             log(f"  [compare {run + 1}/{runs}] {key}: FAILED: {str(exc)[:300]}")
@@ -380,9 +388,10 @@ def scenario_compare(server: Any, args: Any, rep: Any) -> None:
             f"({r.e2e_seconds:.2f} s; first job done at {r.first_done_seconds:.2f} s, exit {r.tail_seconds:.2f} s "
             f"after the last), CPU/job steady {r.steady_worker_cpu_per_job_us:.0f} + "
             f"{r.steady_db_cpu_per_job_us:.0f} µs, load {r.load_average:.1f}")
-    text, data = table(results, n)
+    text, data = table(results, n, args.payload_bytes)
     data["failures"] = failures
     if failures:
         text += "\n\nfailed runs (not in the medians):\n" + "\n".join(f"- {f}" for f in failures)
     rep.data["compare"] = data
-    rep.add(f"CLI processes timed from outside, backlog {n:,} no-op jobs, {runs} interleaved run(s)", text)
+    rep.add(f"CLI processes timed from outside, backlog {n:,} no-op jobs, {describe(args.payload_bytes)}, "
+            f"{runs} interleaved run(s)", text)

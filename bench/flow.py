@@ -9,7 +9,8 @@ command line in continuous mode (``tenure worker --concurrency 200 --claim-batch
 ``F`` × the system's own capacity (default 0.7; or ``R`` jobs/s for both) for ``M`` minutes
 (default 10, 2 with ``--quick``).
 
-Every job's payload carries the producer's wall clock just before its enqueue statement; each
+Every job's payload carries the producer's wall clock just before its enqueue statement (field
+``t``, padded to ``--payload-bytes`` with the fields of ``bench.payloads``, the same for both); each
 worker's handler notes its own start time next to it (``bench.apps.LatencyLog``, one file per
 process), the same code for both systems. Reported per minute of arrival: p50 and p99 of
 start − enqueue, and last-minute p99 ÷ first-minute p99 (target ≤ 1.2). The remaining count is
@@ -52,6 +53,7 @@ from bench.compare import (
     tenure_cli,
 )
 from bench.console import log
+from bench.payloads import describe
 from bench.server import processes_cpu
 from bench.sqlfile import bench_queries
 from bench.systems import install, producer_cmd
@@ -132,8 +134,10 @@ def _remaining(probe: psycopg.Connection[Any], sql: str) -> int:
     return int(row[0]) if row else 0
 
 
-def flow_run(server: Any, system: str, rate: float, minutes: float, capacity: float | None = None) -> FlowResult:
-    """2 workers of ``system`` serve a producer enqueueing ``rate`` jobs/s for ``minutes``."""
+def flow_run(server: Any, system: str, rate: float, minutes: float, capacity: float | None = None, *,
+             payload_bytes: int = 0) -> FlowResult:
+    """2 workers of ``system`` serve a producer enqueueing ``rate`` jobs/s of ``payload_bytes``
+    payloads for ``minutes``."""
     q = bench_queries()
     dsn: str = server.fresh_db(f"bench_flow_{system}")
     install(system, dsn)
@@ -168,8 +172,8 @@ def flow_run(server: Any, system: str, rate: float, minutes: float, capacity: fl
             log(f"    [flow] {system}: producing {rate:,.0f} jobs/s for {minutes:g} min")
             cpu0, db0 = processes_cpu(ps), db_cpu(server.postmaster_pid)
             with open(Path(tmp) / "producer.log", "wb") as err:
-                prod = subprocess.Popen(producer_cmd(system, dsn, rate, seconds), cwd=ROOT, env=env,
-                                        stdout=subprocess.PIPE, stderr=err)
+                prod = subprocess.Popen(producer_cmd(system, dsn, rate, seconds, payload_bytes=payload_bytes),
+                                        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err)
             t0 = time.monotonic()
             depth: list[tuple[float, int]] = []
             next_poll = t0
@@ -259,16 +263,18 @@ def scenario_flow(server: Any, args: Any, rep: Any) -> None:
         if args.flow_rate:
             capacity[key] = None
             continue
-        cap = run_one(server, CONTENDERS[key], QUICK_BACKLOG).steady_rate
+        cap = run_one(server, CONTENDERS[key], QUICK_BACKLOG, payload_bytes=args.payload_bytes).steady_rate
         capacity[key] = cap
         log(f"  [flow] {key}: capacity {cap:,.0f}/s (steady rate of a {QUICK_BACKLOG:,}-job drain)")
     results: dict[str, FlowResult] = {}
     for key in keys:
         rate = args.flow_rate or args.flow_load * (capacity[key] or 0.0)
-        r = flow_run(server, key, rate, minutes, capacity=capacity[key])
+        r = flow_run(server, key, rate, minutes, capacity=capacity[key], payload_bytes=args.payload_bytes)
         results[key] = r
         log(f"  [flow] {key}: {r.started:,}/{r.sent:,} jobs started; p99 first minute {_ms(r.buckets[0], 'p99')}, "
             f"last {_ms(r.buckets[-1], 'p99')} ({stats.fmt_ratio(r.p99_ratio)})")
     text, data = report(results, load)
+    data["payload_bytes"] = args.payload_bytes
     rep.data["flow"] = data
-    rep.add(f"Flow: enqueue→start latency at a steady arrival rate for {minutes:g} min, one run each", text)
+    rep.add(f"Flow: enqueue→start latency at a steady arrival rate for {minutes:g} min, "
+            f"{describe(args.payload_bytes)}, one run each", text)

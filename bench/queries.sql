@@ -19,6 +19,11 @@ SELECT count(*)::bigint AS n FROM {schema}.jobs WHERE status = 'running';
 INSERT INTO {schema}.jobs (queue_name, task, payload)
 SELECT 'default', 'noop', '{}'::jsonb FROM generate_series(1, %(n)s);
 
+-- name: tenure_fill_pending_payloads
+-- The same with one job per payload of `payloads` (JSON texts, bench/payloads.py).
+INSERT INTO {schema}.jobs (queue_name, task, payload)
+SELECT 'default', 'noop', p::jsonb FROM unnest(%(payloads)s::text[]) AS p;
+
 -- name: tenure_fill_completed
 -- Insert `n` completed jobs (history that a big production table carries), where completions put them (0009).
 INSERT INTO {schema}.job_history (id, queue_name, task, payload, status, attempt_count, started_at, completed_at,
@@ -27,6 +32,14 @@ SELECT nextval(pg_get_serial_sequence('{schema}.jobs', 'id')), 'default', 'noop'
        now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours'
 FROM generate_series(1, %(n)s);
 
+-- name: tenure_fill_completed_payloads
+-- The same with one job per payload of `payloads` (JSON texts, bench/payloads.py).
+INSERT INTO {schema}.job_history (id, queue_name, task, payload, status, attempt_count, started_at, completed_at,
+                                  available_at, created_at)
+SELECT nextval(pg_get_serial_sequence('{schema}.jobs', 'id')), 'default', 'noop', p::jsonb, 'completed', 1,
+       now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours'
+FROM unnest(%(payloads)s::text[]) AS p;
+
 -- name: tenure_fill_expired
 -- Insert `n` running jobs whose lease expired an hour ago, owned by a worker that never registered.
 INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, started_at, last_heartbeat_at,
@@ -34,6 +47,15 @@ INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, sta
 SELECT 'default', 'noop', '{}'::jsonb, 'running', 1, now() - interval '2 hours', now() - interval '2 hours',
        now() - interval '1 hour', 'bench-dead-worker', gen_random_uuid(), g, now() - interval '2 hours'
 FROM generate_series(1, %(n)s) AS g;
+
+-- name: tenure_fill_expired_payloads
+-- The same with one job per payload of `payloads` (JSON texts, bench/payloads.py); fences count on from `offset`.
+INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, started_at, last_heartbeat_at,
+                           lease_expires_at, locked_by, lock_token, fence, available_at)
+SELECT 'default', 'noop', p.payload::jsonb, 'running', 1, now() - interval '2 hours', now() - interval '2 hours',
+       now() - interval '1 hour', 'bench-dead-worker', gen_random_uuid(), %(offset)s::bigint + p.g,
+       now() - interval '2 hours'
+FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS p(payload, g);
 
 -- name: tenure_latency_db
 -- Claim latency by the DB clock: started_at minus available_at of every started job, in ms.
@@ -90,6 +112,11 @@ CREATE INDEX floor_jobs_pending_idx ON floor_jobs (id) WHERE status = 'pending';
 -- Fill the floor table with `n` pending jobs.
 INSERT INTO floor_jobs (status) SELECT 'pending' FROM generate_series(1, %(n)s);
 
+-- name: floor_fill_payloads
+-- The same with one job per payload of `payloads` (JSON texts, bench/payloads.py).
+INSERT INTO floor_jobs (status, payload)
+SELECT 'pending', p::jsonb FROM unnest(%(payloads)s::text[]) AS p;
+
 -- name: floor_vacuum
 -- Fresh statistics and visibility map for the floor table.
 VACUUM ANALYZE floor_jobs;
@@ -109,6 +136,14 @@ INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, sta
 SELECT 'default', 'noop', '{}'::jsonb, 'running', 1, now(), now(), now() + interval '1 hour',
        'bench-live-worker', gen_random_uuid(), g
 FROM generate_series(1, %(n)s) AS g;
+
+-- name: tenure_fill_healthy_payloads
+-- The same with one job per payload of `payloads` (JSON texts, bench/payloads.py); fences count on from `offset`.
+INSERT INTO {schema}.jobs (queue_name, task, payload, status, attempt_count, started_at, last_heartbeat_at,
+                           lease_expires_at, locked_by, lock_token, fence)
+SELECT 'default', 'noop', p.payload::jsonb, 'running', 1, now(), now(), now() + interval '1 hour',
+       'bench-live-worker', gen_random_uuid(), %(offset)s::bigint + p.g
+FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS p(payload, g);
 
 -- name: tenure_spread_priorities
 -- Give every pending job a random priority in [-100, 100] (the priority drain variant).

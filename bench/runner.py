@@ -2,9 +2,10 @@
 
 Starts its own embedded PostgreSQL 18 (default durability: fsync and synchronous_commit on;
 pg_stat_statements preloaded for the heartbeat scenario), runs every system in the same run,
-interleaved (A B C A B C …) on identical backlogs, each in a fresh database, prints a table
-(median and min–max of the runs, tenure/peer ratio, peak worker RSS) and writes JSON to
-bench/results/. Limits: a 2-core shared machine is noisy; figures are indicative, compare only
+interleaved (A B C A B C …) on identical backlogs (job payloads of ``--payload-bytes``, default
+about 100 bytes of JSON, the same bytes for every system: bench/payloads.py), each in a fresh
+database, prints a table (median and min–max of the runs, tenure/peer ratio, peak worker RSS)
+and writes JSON to bench/results/. Limits: a 2-core shared machine is noisy; figures are indicative, compare only
 within one run.
 """
 
@@ -26,14 +27,26 @@ from typing import Any
 import psutil
 import psycopg
 
-from bench import stats
+from bench import payloads, stats
 from bench.compare import CONTENDERS, scenario_compare
 from bench.console import log
 from bench.flow import scenario_flow
+from bench.payloads import describe
 from bench.server import DATADIR_DEFAULT, Server, processes_cpu, start_server
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 from bench.sustained_drain import scenario_sustained
-from bench.systems import BEST_DRAIN, SYSTEMS, Progress, WorkerPlan, fill, install, parse_plan, producer_cmd, worker_cmd
+from bench.systems import (
+    BEST_DRAIN,
+    SYSTEMS,
+    Progress,
+    WorkerPlan,
+    bulk_insert,
+    fill,
+    install,
+    parse_plan,
+    producer_cmd,
+    worker_cmd,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -48,8 +61,13 @@ POLL = 0.05
 class Procs:
     """Worker subprocesses with RSS sampling and a graceful stop."""
 
+    @staticmethod
+    def env() -> dict[str, str]:
+        """The bench's environment for its subprocesses: this checkout first on the path."""
+        return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
     def __init__(self, cmds: list[list[str]]) -> None:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env = self.env()
         self.procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True) for c in cmds]
         self.ps = [psutil.Process(p.pid) for p in self.procs]
@@ -107,14 +125,15 @@ class DrainResult:
 
 def drain_run(server: Server, system: str, plan: WorkerPlan, *, backlog: int, target: int | None = None,
               max_seconds: float = 60.0, label: str = "", dsn: str | None = None,
-              fast_fill: bool = False) -> DrainResult:
-    """Fill a backlog, start the workers, measure from the first finished job until ``target``
-    jobs (default: all) are done or ``max_seconds`` pass; startup is excluded."""
+              fast_fill: bool = False, payload_bytes: int = 0) -> DrainResult:
+    """Fill a backlog (``payload_bytes`` payloads), start the workers, measure from the first
+    finished job until ``target`` jobs (default: all) are done or ``max_seconds`` pass; startup
+    is excluded."""
     target = target or backlog
     if dsn is None:
         dsn = server.fresh_db(f"bench_{system}")
         install(system, dsn)
-        fill(system, dsn, backlog, fast=fast_fill)
+        fill(system, dsn, backlog, fast=fast_fill, payload_bytes=payload_bytes)
     prog = Progress(system, dsn, backlog)
     procs = Procs([worker_cmd(system, dsn, plan) for _ in range(plan.processes)])
     t_first: float | None = None
@@ -179,7 +198,7 @@ def scenario_floor(server: Server, args: argparse.Namespace, rep: Report) -> Non
         for run in range(args.runs):
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(q["floor_create"])
-                conn.execute(q["floor_fill"], {"n": n})
+                bulk_insert(conn, "floor_fill", n, args.payload_bytes)
                 conn.execute(q["floor_vacuum"])
             clients = 2
             per_client = n // (batch * clients)
@@ -203,7 +222,7 @@ def scenario_floor(server: Server, args: argparse.Namespace, rep: Report) -> Non
         out[f"batch_{batch}"] = s.as_dict() if s else None
         rows.append([f"batch {batch}", f"{n:,}", stats.fmt_summary(s, "/s")])
     rep.data["floor"] = out
-    rep.add("SQL floor (pgbench, 2 clients, claim SKIP LOCKED + complete by token)",
+    rep.add(f"SQL floor (pgbench, 2 clients, claim SKIP LOCKED + complete by token, {describe(args.payload_bytes)})",
             stats.table(["statement size", "jobs", "jobs/s"], rows)
             + f"\ncommand: pgbench -n -c 2 -j 2 -t N -D batch=B -f bench/floor.sql")
 
@@ -219,14 +238,15 @@ def scenario_sweep(server: Server, args: argparse.Namespace, rep: Report) -> Non
     out: dict[str, Any] = {}
     for text in SWEEP_PLANS:
         plan = parse_plan(text)
-        r = drain_run(server, "tenure", plan, backlog=backlog, label=f"[sweep {text}] ")
+        r = drain_run(server, "tenure", plan, backlog=backlog, label=f"[sweep {text}] ",
+                      payload_bytes=args.payload_bytes)
         log(f"  sweep {text}: {r.rate:,.0f} jobs/s, peak RSS {r.peak_rss_mb:.0f} MB")
         out[text] = r.__dict__
         rows.append([plan.describe("tenure"), stats.fmt_num(r.rate, "/s"), f"{r.peak_rss_mb:.0f} MB",
                      stats.fmt_num(r.worker_cpu_s / r.jobs * 1e6 if r.jobs else None, " µs"),
                      stats.fmt_num(r.db_cpu_s / r.jobs * 1e6 if r.jobs else None, " µs")])
     rep.data["sweep"] = out
-    rep.add(f"tenure configuration sweep (backlog {backlog:,}, one run each)",
+    rep.add(f"tenure configuration sweep (backlog {backlog:,}, {describe(args.payload_bytes)}, one run each)",
             stats.table(["config", "jobs/s", "peak RSS", "worker CPU/job", "DB CPU/job"], rows))
 
 
@@ -238,11 +258,11 @@ def scenario_drain(server: Server, args: argparse.Namespace, rep: Report) -> Non
     results: dict[str, list[DrainResult]] = {s: [] for s in args.systems}
     for run, system in stats.interleave(list(args.systems), args.runs):
         r = drain_run(server, system, plans[system], backlog=backlog, max_seconds=args.max_seconds,
-                      label=f"[drain {run + 1}/{args.runs}] ")
+                      label=f"[drain {run + 1}/{args.runs}] ", payload_bytes=args.payload_bytes)
         results[system].append(r)
         log(f"  drain run {run + 1} {system}: {r.rate:,.0f} jobs/s over {r.jobs:,} jobs, "
             f"peak RSS {r.peak_rss_mb:.0f} MB")
-    _drain_table(rep, "drain", f"No-op drain, backlog {backlog:,}", plans, results)
+    _drain_table(rep, "drain", f"No-op drain, backlog {backlog:,}, {describe(args.payload_bytes)}", plans, results)
 
 
 def _drain_table(rep: Report, key: str, title: str, plans: dict[str, WorkerPlan],
@@ -286,8 +306,8 @@ def scenario_latency(server: Server, args: argparse.Namespace, rep: Report) -> N
                 procs.wait_ready()
                 time.sleep(1.0)
                 log(f"    [latency {run + 1}/{args.runs}] {system}: producing {rate:.0f}/s for {duration:.0f}s")
-                prod = subprocess.run(producer_cmd(system, dsn, rate, duration), cwd=ROOT, capture_output=True,
-                                      text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                prod = subprocess.run(producer_cmd(system, dsn, rate, duration, payload_bytes=args.payload_bytes),
+                                      cwd=ROOT, capture_output=True, text=True, env=Procs.env())
                 if prod.returncode != 0:
                     raise RuntimeError(f"producer failed: {prod.stderr[-800:]}")
                 prog = Progress(system, dsn, int(rate * duration))
@@ -331,7 +351,8 @@ def scenario_latency(server: Server, args: argparse.Namespace, rep: Report) -> N
                      stats.fmt_summary(b, " ms"), "-"])
         data["tenure_db_clock"] = {"p50_ms": a.as_dict() if a else None, "p99_ms": b.as_dict() if b else None}
     rep.data["latency"] = data
-    rep.add(f"Enqueue→start latency at {rate:.0f} jobs/s for {duration:.0f} s (producer: 10 jobs every 10 ms)",
+    rep.add(f"Enqueue→start latency at {rate:.0f} jobs/s for {duration:.0f} s (producer: 10 jobs every 10 ms), "
+            f"{describe(args.payload_bytes)}",
             stats.table(["system", "config", "p50", "p99", "jobs"], rows))
 
 
@@ -347,14 +368,14 @@ def scenario_reaper(server: Server, args: argparse.Namespace, rep: Report) -> No
     install("tenure", dsn)
     log(f"    [reaper] filling {size:,} rows")
     with connect(dsn) as conn:
-        conn.execute(q["tenure_fill_completed"], {"n": size - expired})
+        bulk_insert(conn, "tenure_fill_completed", size - expired, args.payload_bytes)
     out: dict[str, Any] = {"table_rows": size}
     rows = []
     for batch in (500, 10_000):
         times, cycles = [], []
         for run in range(args.runs):
             with connect(dsn) as conn:
-                conn.execute(q["tenure_fill_expired"], {"n": expired})
+                bulk_insert(conn, "tenure_fill_expired", expired, args.payload_bytes, first=size + run * expired)
                 conn.execute(q["tenure_vacuum"])
                 reaper = Reaper(ReaperConfig(grace=10.0, batch=batch), dsn=dsn, schema="tenure",
                                 reaper_id="bench-reaper")
@@ -384,7 +405,7 @@ def scenario_reaper(server: Server, args: argparse.Namespace, rep: Report) -> No
     for label in ("nothing running", f"{healthy:,} healthy leases running"):
         with connect(dsn) as conn:
             if label != "nothing running":
-                conn.execute(q["tenure_fill_healthy"], {"n": healthy})
+                bulk_insert(conn, "tenure_fill_healthy", healthy, args.payload_bytes, first=2 * size)
             conn.execute(q["tenure_vacuum"])
             reaper = Reaper(ReaperConfig(grace=10.0), dsn=dsn, schema="tenure", reaper_id="bench-reaper")
             repo = Repository(conn, "tenure")
@@ -408,7 +429,7 @@ def scenario_reaper(server: Server, args: argparse.Namespace, rep: Report) -> No
     out["seq_scan"] = seq
     out["table_rows_final"] = total["n"] if total else None
     rep.data["reaper"] = out
-    rep.add(f"Reaper on a {out['table_rows_final']:,}-row jobs table",
+    rep.add(f"Reaper on a {out['table_rows_final']:,}-row jobs table, {describe(args.payload_bytes)}",
             stats.table(["measure", "median (min–max)", "target", "verdict"], rows)
             + "".join(f"\n\nEXPLAIN (ANALYZE, BUFFERS) of job_reap_candidates, {label}, nothing to reap:\n\n"
                       + "\n".join("    " + line for line in plan) for label, plan in plans.items())
@@ -422,10 +443,11 @@ def scenario_scale(server: Server, args: argparse.Namespace, rep: Report) -> Non
     big_dsn = server.fresh_db("bench_big")
     install("tenure", big_dsn)
     log(f"    [scale] filling {big:,} pending jobs")
-    fill("tenure", big_dsn, big, fast=True)
+    fill("tenure", big_dsn, big, fast=True, payload_bytes=args.payload_bytes)
     res: dict[str, list[DrainResult]] = {"10k": [], "1M": []}
     for run in range(args.runs):
-        r = drain_run(server, "tenure", plan, backlog=small, label=f"[scale {run + 1}/{args.runs}] 10k ")
+        r = drain_run(server, "tenure", plan, backlog=small, label=f"[scale {run + 1}/{args.runs}] 10k ",
+                      payload_bytes=args.payload_bytes)
         res["10k"].append(r)
         log(f"  scale run {run + 1} backlog {small:,}: {r.rate:,.0f} jobs/s")
         r = drain_run(server, "tenure", plan, backlog=big, target=window, dsn=big_dsn,
@@ -441,7 +463,8 @@ def scenario_scale(server: Server, args: argparse.Namespace, rep: Report) -> Non
     rows = [[f"{small:,} backlog (drained fully)", stats.fmt_summary(a, "/s")],
             [f"{big:,} backlog (first {window:,} jobs of each run)", stats.fmt_summary(b, "/s")],
             ["ratio big ÷ small (target ≥ 0.80)", f"{stats.fmt_ratio(ratio)} {stats.verdict(ratio, 0.8, True)}"]]
-    rep.add(f"Scale: tenure drain at {big:,} vs {small:,} backlog ({plan.describe('tenure')})",
+    rep.add(f"Scale: tenure drain at {big:,} vs {small:,} backlog ({plan.describe('tenure')}, "
+            f"{describe(args.payload_bytes)})",
             stats.table(["backlog", "jobs/s median (min–max)"], rows))
 
 
@@ -454,7 +477,7 @@ def scenario_heartbeat(server: Server, args: argparse.Namespace, rep: Report) ->
     for interval in (5.0, 1.0):
         dsn = server.fresh_db("bench_hb")
         install("tenure", dsn)
-        fill("tenure", dsn, held)
+        fill("tenure", dsn, held, payload_bytes=args.payload_bytes)
         plan = WorkerPlan(1, held, 100, "async", ("--heartbeat", str(interval)))
         procs = Procs([worker_cmd("tenure", dsn, plan, hold=True)])
         try:
@@ -499,7 +522,7 @@ def scenario_heartbeat(server: Server, args: argparse.Namespace, rep: Report) ->
                      stats.fmt_num(entry["heartbeat_mean_ms"], " ms"), f"{entry['db_cpu_percent']:.1f} %",
                      f"{entry['worker_cpu_percent']:.1f} %", f"{entry['peak_rss_mb']:.0f} MB"])
     rep.data["heartbeat"] = out
-    rep.add(f"Heartbeat cost: one worker holding {held:,} in-flight jobs",
+    rep.add(f"Heartbeat cost: one worker holding {held:,} in-flight jobs, {describe(args.payload_bytes)}",
             stats.table(["heartbeat interval", "heartbeat statements/s", "all worker statements/s", "commits/s",
                          "heartbeat statement mean", "DB CPU (all backends)", "worker CPU", "worker RSS"], rows)
             + "\n(DB CPU includes the background processes: checkpointer, walwriter, autovacuum.)")
@@ -511,7 +534,8 @@ def scenario_rss(server: Server, args: argparse.Namespace, rep: Report) -> None:
     out: dict[str, Any] = {}
     for handler in ("sync", "async"):
         plan = WorkerPlan(1, 32, 32, handler)
-        rs = [drain_run(server, "tenure", plan, backlog=backlog, label=f"[rss {handler}] ")
+        rs = [drain_run(server, "tenure", plan, backlog=backlog, label=f"[rss {handler}] ",
+                        payload_bytes=args.payload_bytes)
               for _ in range(max(1, args.runs - 2))]
         rss = max(r.peak_rss_mb for r in rs)
         rate = stats.summarize([r.rate for r in rs])
@@ -519,7 +543,7 @@ def scenario_rss(server: Server, args: argparse.Namespace, rep: Report) -> None:
         rows.append([plan.describe("tenure"), f"{rss:.0f} MB", stats.verdict(rss, 80.0, False),
                      stats.fmt_summary(rate, "/s")])
     rep.data["rss"] = out
-    rep.add("Worker RSS at concurrency 32 (one tenure process draining a backlog)",
+    rep.add(f"Worker RSS at concurrency 32 (one tenure process draining a backlog, {describe(args.payload_bytes)})",
             stats.table(["config", "peak RSS", "target < 80 MB", "jobs/s"], rows))
 
 
@@ -528,7 +552,8 @@ RUNNERS = {"floor": scenario_floor, "sweep": scenario_sweep, "drain": scenario_d
            "rss": scenario_rss, "compare": scenario_compare, "sustained": scenario_sustained, "flow": scenario_flow}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bench`` (checks across options are in ``main``)."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small backlogs, short windows (a smoke run)")
     parser.add_argument("--scenario", action="append", choices=SCENARIOS,
@@ -557,8 +582,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="flow: arrival rate as a share of each system's measured capacity (default 0.7)")
     parser.add_argument("--flow-rate", type=float, default=0.0,
                         help="flow: one arrival rate in jobs/s for every system instead (no capacity drain)")
+    payloads.add_argument(parser)
     parser.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
     parser.add_argument("--output", type=Path, help="JSON results file (default bench/results/<time>.json)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be >= 1")
@@ -576,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     rep.data["meta"] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:],
                         "cpus": os.cpu_count(), "load_average": os.getloadavg(), "quick": args.quick,
-                        "runs": args.runs}
+                        "runs": args.runs, "payload_bytes": args.payload_bytes}
     for name in scenarios:
         log(f"== scenario {name}")
         t0 = time.monotonic()

@@ -3,19 +3,19 @@
 One traced drain (``traced_drain``) serves two entry points:
 
 - ``python -m bench --scenario sustained [--sustained-jobs N]``: tenure and pgqueuer, each on a
-  fresh database holding the identical backlog (default 1.5M no-op jobs, enqueued through each
-  system's own batch API, then ``CHECKPOINT`` and ``ANALYZE``), drained by the ``compare``
-  scenario's best contenders (2 × ``tenure worker --burst --concurrency 200 --claim-batch 100``;
-  2 × pgqueuer drain mode, batch 100) on the server's defaults. Reports the rate per 10 s window,
-  from the first finished job to the last, over the first and the last 10 % of the jobs and their
-  ratio ("flatness", target ≥ 0.8), the end-to-end rate and the tenure ÷ pgqueuer ratio of the
-  whole-drain rates (target ≥ 2.0).
-- ``python -m bench.sustained_drain [--jobs N] [--naptime S]...``: tenure alone, once per
-  ``autovacuum_naptime`` given (default 60 s, PostgreSQL's default, and 10 s). Each claim steps
-  over the index entries of rows claimed since the last vacuum (``bench.dead_prefix``), so a
-  longer drain between two vacuums slows down; vacuuming more often costs CPU of its own. The
-  naptime is a server setting: it is set with ``ALTER SYSTEM`` on the bench's own embedded server
-  and reset afterwards.
+  fresh database holding the identical backlog (default 1.5M no-op jobs with ``--payload-bytes``
+  payloads, enqueued through each system's own batch API, then ``CHECKPOINT`` and ``ANALYZE``),
+  drained by the ``compare`` scenario's best contenders (2 × ``tenure worker --burst
+  --concurrency 200 --claim-batch 100``; 2 × pgqueuer drain mode, batch 100) on the server's
+  defaults. Reports the rate per 10 s window, from the first finished job to the last, over the
+  first and the last 10 % of the jobs and their ratio ("flatness", target ≥ 0.8), the end-to-end
+  rate and the tenure ÷ pgqueuer ratio of the whole-drain rates (target ≥ 2.0).
+- ``python -m bench.sustained_drain [--jobs N] [--naptime S]... [--payload-bytes N]``: tenure
+  alone, once per ``autovacuum_naptime`` given (default 60 s, PostgreSQL's default, and 10 s).
+  Each claim steps over the index entries of rows claimed since the last vacuum
+  (``bench.dead_prefix``), so a longer drain between two vacuums slows down; vacuuming more often
+  costs CPU of its own. The naptime is a server setting: it is set with ``ALTER SYSTEM`` on the
+  bench's own embedded server and reset afterwards.
 
 Progress is the remaining count polled from the database (``compare.remaining_sql``, pending +
 running for tenure), at most every ``POLL_FLOOR`` seconds or ``POLL_COST_FACTOR`` times the last
@@ -35,9 +35,10 @@ from typing import Any
 
 import psycopg
 
-from bench import stats
+from bench import payloads, stats
 from bench.compare import CONTENDERS, compile_sources, prepare, run_one
 from bench.console import log
+from bench.payloads import describe
 from bench.sqlfile import bench_queries
 
 WINDOW_SECONDS = 10.0
@@ -79,12 +80,12 @@ def _vacuums(dsn: str, system: str) -> tuple[int, int, int]:
     return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
-def traced_drain(server: Any, key: str, jobs: int) -> SustainedResult:
-    """Fill a fresh database with ``jobs`` no-op jobs, analyze it, drain it with the ``compare``
-    contender ``key`` and trace the remaining count all the way."""
+def traced_drain(server: Any, key: str, jobs: int, *, payload_bytes: int = 0) -> SustainedResult:
+    """Fill a fresh database with ``jobs`` no-op jobs (``payload_bytes`` payloads), analyze it,
+    drain it with the ``compare`` contender ``key`` and trace the remaining count all the way."""
     c = CONTENDERS[key]
-    log(f"    [sustained] {key}: filling {jobs:,} jobs")
-    dsn = prepare(server, c.system, jobs)
+    log(f"    [sustained] {key}: filling {jobs:,} jobs, {describe(payload_bytes)}")
+    dsn = prepare(server, c.system, jobs, payload_bytes=payload_bytes)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(bench_queries()["db_analyze"])
     v0 = _vacuums(dsn, c.system)
@@ -110,7 +111,7 @@ def scenario_sustained(server: Any, args: Any, rep: Any) -> None:
     keys = [k for k in ("tenure", "pgqueuer") if k in args.systems]
     results: dict[str, SustainedResult] = {}
     for key in keys:
-        r = traced_drain(server, key, jobs)
+        r = traced_drain(server, key, jobs, payload_bytes=args.payload_bytes)
         results[key] = r
         log(f"  [sustained] {key}: {stats.fmt_num(r.shape.whole, '/s')} first → last job, first 10 % "
             f"{stats.fmt_num(r.shape.first, '/s')}, last 10 % {stats.fmt_num(r.shape.last, '/s')}, flatness "
@@ -133,24 +134,27 @@ def scenario_sustained(server: Any, args: Any, rep: Any) -> None:
         ratio = a / b if a and b else None
         text += (f"\n\ntenure ÷ pgqueuer, first → last job: {stats.fmt_ratio(ratio)} "
                  f"(target ≥ 2.00: {stats.verdict(ratio, 2.0, True)})")
-    rep.data["sustained"] = {"jobs": jobs, "window_seconds": WINDOW_SECONDS, "fraction": FRACTION,
-                             "tenure_over_pgqueuer": ratio, "systems": {k: r.as_dict() for k, r in results.items()}}
-    rep.add(f"Sustained drain of {jobs:,} no-op jobs, PostgreSQL defaults, one run each", text)
+    rep.data["sustained"] = {"jobs": jobs, "payload_bytes": args.payload_bytes, "window_seconds": WINDOW_SECONDS,
+                             "fraction": FRACTION, "tenure_over_pgqueuer": ratio,
+                             "systems": {k: r.as_dict() for k, r in results.items()}}
+    rep.add(f"Sustained drain of {jobs:,} no-op jobs, {describe(args.payload_bytes)}, PostgreSQL defaults, "
+            "one run each", text)
 
 
-def drain(server: Any, jobs: int, naptime: int) -> None:
+def drain(server: Any, jobs: int, naptime: int, payload_bytes: int = 0) -> None:
     """tenure alone under one ``autovacuum_naptime`` (``python -m bench.sustained_drain``)."""
     admin_dsn: str = server.fresh_db("bench_sustained_admin")
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(f"ALTER SYSTEM SET autovacuum_naptime = '{int(naptime)}s'")
         admin.execute("SELECT pg_reload_conf()")
     try:
-        r = traced_drain(server, "tenure", jobs)
+        r = traced_drain(server, "tenure", jobs, payload_bytes=payload_bytes)
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute("ALTER SYSTEM RESET autovacuum_naptime")
             admin.execute("SELECT pg_reload_conf()")
-    print(f"naptime {naptime:>3} s: {jobs:,} jobs in {r.e2e_seconds:.1f} s ({r.e2e_rate:,.0f}/s end to end, "
+    print(f"naptime {naptime:>3} s, {describe(payload_bytes)}: {jobs:,} jobs in {r.e2e_seconds:.1f} s "
+          f"({r.e2e_rate:,.0f}/s end to end, "
           f"{stats.fmt_num(r.shape.whole, '/s')} first → last job); per {WINDOW_SECONDS:.0f} s window: "
           f"{_windows(r.shape)}; flatness {stats.fmt_ratio(r.shape.flatness)}; autovacuums of jobs during the "
           f"drain: {r.autovacuums} (analyzes {r.autoanalyzes}; client vacuums {r.client_vacuums})")
@@ -161,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sustained_drain")
     parser.add_argument("--jobs", type=int, default=FULL_JOBS)
     parser.add_argument("--naptime", type=int, action="append", help="seconds (repeatable; default 60 and 10)")
+    payloads.add_argument(parser)
     args = parser.parse_args(argv)
     server = start_server(DATADIR_DEFAULT)
     for naptime in args.naptime or [60, 10]:
-        drain(server, args.jobs, naptime)
+        drain(server, args.jobs, naptime, args.payload_bytes)
     return 0
 
 

@@ -1,7 +1,9 @@
 """Per-system adapters: schema install, backlog fill, progress probe and worker command line.
 
 Every system gets a fresh database per run (same server, same settings), an identical backlog
-of no-op jobs, and its best configuration found on this machine (stated in ``describe``).
+of no-op jobs (job ``i`` carries ``bench.payloads.payload(i, payload_bytes)``, the same bytes for
+every system; ``payload_bytes`` 0: empty payloads), and its best configuration found on this
+machine (stated in ``describe``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from typing import Any
 
 import psycopg
 
+from bench import payloads
 from bench.sqlfile import bench_queries
 
 SYSTEMS = ("tenure", "pgqueuer", "procrastinate")
 FILL_CHUNK = 10_000
+BULK_CHUNK = 50_000
+"""Rows per statement of a bulk fixture with payloads (``bulk_insert``)."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,9 @@ def worker_cmd(system: str, dsn: str, plan: WorkerPlan, *, record_to: str | None
     return cmd
 
 
-def producer_cmd(system: str, dsn: str, rate: float, duration: float) -> list[str]:
+def producer_cmd(system: str, dsn: str, rate: float, duration: float, *, payload_bytes: int = 0) -> list[str]:
     return [sys.executable, "-m", "bench.worker", system, "produce", "--dsn", dsn,
-            "--rate", str(rate), "--duration", str(duration)]
+            "--rate", str(rate), "--duration", str(duration), "--payload-bytes", str(payload_bytes)]
 
 
 def install(system: str, dsn: str) -> None:
@@ -110,59 +115,76 @@ async def _procrastinate_install(dsn: str) -> None:
         await app.schema_manager.apply_schema_async()
 
 
-def fill(system: str, dsn: str, n: int, *, fast: bool = False) -> None:
-    """Enqueue ``n`` no-op jobs through each system's own batch API (``fast``: tenure bulk SQL)."""
+def fill(system: str, dsn: str, n: int, *, fast: bool = False, payload_bytes: int = 0) -> None:
+    """Enqueue ``n`` no-op jobs through each system's own batch API (``fast``: tenure bulk SQL);
+    job ``i`` (0-based) carries ``payloads.payload(i, payload_bytes)`` (0: ``{}``, as before)."""
     if system == "tenure":
         from tenure.core.db import connect
         from tenure.core.repository import JobSpec, Repository
         with connect(dsn) as conn:
             if fast:
-                q = bench_queries("tenure")
-                conn.execute(q["tenure_fill_pending"], {"n": n})
-                conn.execute(q["tenure_vacuum"])
+                bulk_insert(conn, "tenure_fill_pending", n, payload_bytes)
+                conn.execute(bench_queries("tenure")["tenure_vacuum"])
                 return
             repo = Repository(conn, "tenure")
-            left = n
-            while left > 0:
-                k = min(FILL_CHUNK, left)
-                repo.enqueue_many([JobSpec("noop", {})] * k)
-                left -= k
+            for start, k in chunks(n):
+                repo.enqueue_many([JobSpec("noop", p) for p in payloads.batch("tenure", start, k, payload_bytes)])
     elif system == "pgqueuer":
-        asyncio.run(_pgqueuer_fill(dsn, n))
+        asyncio.run(_pgqueuer_fill(dsn, n, payload_bytes))
     else:
-        asyncio.run(_procrastinate_fill(dsn, n))
+        asyncio.run(_procrastinate_fill(dsn, n, payload_bytes))
 
 
-async def _pgqueuer_fill(dsn: str, n: int) -> None:
+def chunks(n: int, size: int | None = None) -> list[tuple[int, int]]:
+    """``(first job index, count)`` of each statement of a fill of ``n`` jobs (``size``: FILL_CHUNK)."""
+    size = size or FILL_CHUNK
+    return [(start, min(size, n - start)) for start in range(0, n, size)]
+
+
+def bulk_insert(conn: Any, query: str, n: int, payload_bytes: int, *, first: int = 0) -> None:
+    """Run the bulk fixture ``query`` of bench/queries.sql for ``n`` rows: as one statement of
+    ``%(n)s`` rows with empty payloads when ``payload_bytes`` is 0 (as before), else its
+    ``<query>_payloads`` form once per chunk, with the payloads of jobs ``first`` … ``first + n - 1``
+    (``%(payloads)s``, JSON texts; ``%(offset)s``: the chunk's first row's position before it)."""
+    q = bench_queries("tenure")
+    if payload_bytes <= 0:
+        conn.execute(q[query], {"n": n})
+        return
+    for start, k in chunks(n, BULK_CHUNK):
+        texts = payloads.batch("sql", first + start, k, payload_bytes)
+        conn.execute(q[f"{query}_payloads"], {"payloads": texts, "offset": start})
+
+
+async def _pgqueuer_fill(dsn: str, n: int, payload_bytes: int = 0) -> None:
     import asyncpg
     from pgqueuer.db import AsyncpgDriver
     from pgqueuer.queries import Queries
     conn = await asyncpg.connect(dsn)
     try:
         q = Queries(AsyncpgDriver(conn))
-        left = n
-        while left > 0:
-            k = min(FILL_CHUNK, left)
-            await q.enqueue(["noop"] * k, [None] * k, [0] * k)
-            left -= k
+        for start, k in chunks(n):
+            await q.enqueue(["noop"] * k, payloads.batch("pgqueuer", start, k, payload_bytes), [0] * k)
     finally:
         await conn.close()
 
 
-async def _procrastinate_fill(dsn: str, n: int) -> None:
+def procrastinate_connector(dsn: str) -> Any:
+    """procrastinate's psycopg connector, serializing task arguments as tenure does (``payloads.dumps``)."""
     import procrastinate
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    return procrastinate.PsycopgConnector(conninfo=dsn, json_dumps=payloads.dumps)
+
+
+async def _procrastinate_fill(dsn: str, n: int, payload_bytes: int = 0) -> None:
+    import procrastinate
+    app = procrastinate.App(connector=procrastinate_connector(dsn))
 
     @app.task(name="noop")
     async def noop(**kwargs: Any) -> None:
         return None
 
     async with app.open_async():
-        left = n
-        while left > 0:
-            k = min(FILL_CHUNK, left)
-            await noop.batch_defer_async(*[{} for _ in range(k)])
-            left -= k
+        for start, k in chunks(n):
+            await noop.batch_defer_async(*payloads.batch("procrastinate", start, k, payload_bytes))
 
 
 class Progress:

@@ -1,10 +1,11 @@
 """One benchmark worker or producer process: ``python -m bench.worker SYSTEM ROLE [options]``.
 
 SYSTEM is tenure, pgqueuer or procrastinate; ROLE is ``work`` (serve no-op jobs until SIGTERM)
-or ``produce`` (enqueue at a fixed rate for a fixed time). Handlers are no-ops; with
-``--record`` they note enqueue→start latency (payload field ``t``, the producer's wall clock
-just before the enqueue statement; same machine, same clock) and write them to ``--out`` as
-JSON at exit. ``--hold`` makes handlers sleep for an hour (heartbeat scenario).
+or ``produce`` (enqueue at a fixed rate for a fixed time; the producer's ``n``-th job carries
+``bench.payloads.payload(n, --payload-bytes, {"t": …})``, the same bytes for every system).
+Handlers are no-ops; with ``--record`` they note enqueue→start latency (payload field ``t``, the
+producer's wall clock just before the enqueue statement; same machine, same clock) and write them
+to ``--out`` as JSON at exit. ``--hold`` makes handlers sleep for an hour (heartbeat scenario).
 Each worker prints ``READY`` on stdout once it serves.
 """
 
@@ -20,6 +21,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from bench import payloads
 
 LATENCIES: list[float] = []
 
@@ -73,7 +76,19 @@ def tenure_produce(args: argparse.Namespace) -> None:
 
     with connect(args.dsn) as conn:
         repo = Repository(conn, "tenure")
-        _paced(args, lambda n: repo.enqueue_many([JobSpec("noop", {"t": time.time()}) for _ in range(n)]))
+
+        def send(first: int, n: int) -> None:
+            repo.enqueue_many([JobSpec("noop", p) for p in _batch(args, "tenure", first, n)])
+
+        _paced(args, send)
+
+
+def _batch(args: argparse.Namespace, system: str, first: int, n: int) -> list[Any]:
+    """The payloads of the producer's jobs ``first`` … ``first + n - 1``, each stamped with the
+    wall clock as it is made (field ``t``, the same way for every system) and padded to
+    ``--payload-bytes``."""
+    size = args.payload_bytes
+    return [payloads.batch(system, first + j, 1, size, {"t": time.time()})[0] for j in range(n)]
 
 
 def _due(args: argparse.Namespace, tick: int, sent: int) -> int:
@@ -84,7 +99,8 @@ def _due(args: argparse.Namespace, tick: int, sent: int) -> int:
 
 
 def _paced(args: argparse.Namespace, send: Any) -> None:
-    """Send ``rate`` jobs/s in ticks of ``tick`` seconds for ``duration`` seconds (sync)."""
+    """Send ``rate`` jobs/s in ticks of ``tick`` seconds for ``duration`` seconds (sync);
+    ``send(first, n)`` enqueues the producer's jobs ``first`` … ``first + n - 1``."""
     start = time.monotonic()
     ticks = int(args.duration / args.tick)
     sent = 0
@@ -95,7 +111,7 @@ def _paced(args: argparse.Namespace, send: Any) -> None:
             time.sleep(delay)
         n = _due(args, min(ticks - 1, int((time.monotonic() - start) / args.tick)), sent)
         if n > 0:
-            send(n)
+            send(sent, n)
             sent += n
     print(json.dumps({"sent": sent, "seconds": time.monotonic() - start}), flush=True)
 
@@ -110,7 +126,7 @@ async def _apaced(args: argparse.Namespace, send: Any) -> None:
             await asyncio.sleep(delay)
         n = _due(args, min(ticks - 1, int((time.monotonic() - start) / args.tick)), sent)
         if n > 0:
-            await send(n)
+            await send(sent, n)
             sent += n
     print(json.dumps({"sent": sent, "seconds": time.monotonic() - start}), flush=True)
 
@@ -148,9 +164,8 @@ async def pgqueuer_produce(args: argparse.Namespace) -> None:
     conn = await asyncpg.connect(args.dsn)
     q = Queries(AsyncpgDriver(conn))
 
-    async def send(n: int) -> None:
-        body = json.dumps({"t": time.time()}).encode()
-        await q.enqueue(["noop"] * n, [body] * n, [0] * n)
+    async def send(first: int, n: int) -> None:
+        await q.enqueue(["noop"] * n, _batch(args, "pgqueuer", first, n), [0] * n)
 
     await _apaced(args, send)
     await conn.close()
@@ -160,7 +175,9 @@ async def pgqueuer_produce(args: argparse.Namespace) -> None:
 def _procrastinate_app(dsn: str, record: bool, hold: bool) -> Any:
     import procrastinate
 
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    from bench.systems import procrastinate_connector
+
+    app = procrastinate.App(connector=procrastinate_connector(dsn))
 
     @app.task(name="noop")
     async def noop(**kwargs: Any) -> None:
@@ -185,14 +202,13 @@ async def procrastinate_produce(args: argparse.Namespace) -> None:
     async with app.open_async():
         task = app.tasks["noop"]
 
-        async def send(n: int) -> None:
-            t = time.time()
-            await task.batch_defer_async(*[{"t": t} for _ in range(n)])
+        async def send(first: int, n: int) -> None:
+            await task.batch_defer_async(*_batch(args, "procrastinate", first, n))
 
         await _apaced(args, send)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
     parser.add_argument("system", choices=["tenure", "pgqueuer", "procrastinate"])
     parser.add_argument("role", choices=["work", "produce"])
@@ -207,7 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--tick", type=float, default=0.01)
     parser.add_argument("--duration", type=float, default=20.0)
-    args = parser.parse_args(argv)
+    payloads.add_argument(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     try:
         import uvloop
