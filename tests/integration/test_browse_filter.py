@@ -50,3 +50,23 @@ def test_finished_since_is_the_terminal_jobs_in_the_window(repo: Repository, job
     later = datetime.now(timezone.utc) + timedelta(minutes=5)
     assert _ids(repo, JobFilter(finished_after=later)) == set()
     assert _ids(repo, JobFilter(finished_after=hour_ago, status="failed")) == {jobs["failed"]}
+
+
+def test_payload_filter_finds_jobs_in_every_state(conn: object, repo: Repository, jobs: dict[str, int]) -> None:
+    """The payload index leaves running rows out (0010: a claim writes none of its entries); the
+    filter still finds a running job, and reads jobs through the two indexes, not a scan."""
+    for name, job_id in jobs.items():
+        assert _ids(repo, JobFilter(payload=f'{{"name": "{name}"}}')) == {job_id}, name
+    assert _ids(repo, JobFilter(payload='{"name": "nobody"}')) == set()
+    index = conn.execute(  # type: ignore[attr-defined]
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = 'jobs_payload_idx'",
+        (repo.schema,)).fetchone()
+    assert index is not None and "WHERE (status <> 'running'" in next(iter(index.values())), index
+    conn.execute("SET enable_seqscan = off")  # type: ignore[attr-defined]
+    try:
+        plan = "\n".join(next(iter(r.values())) for r in conn.execute(  # type: ignore[attr-defined]
+            "EXPLAIN " + repo._q["job_browse"], {**JobFilter(payload='{"name": "running"}').params(),
+                                                   "before_id": None, "limit": 50}).fetchall())
+    finally:
+        conn.execute("RESET enable_seqscan")  # type: ignore[attr-defined]
+    assert "jobs_payload_idx" in plan and "Index Scan on jobs_running_" in plan and "Seq Scan on jobs" not in plan, plan
