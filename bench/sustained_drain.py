@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, dataclass
+import threading
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
@@ -46,6 +47,7 @@ POLL_FLOOR = 0.2
 POLL_COST_FACTOR = 10.0
 FRACTION = 0.1
 FULL_JOBS = 1_500_000
+HELD_SAMPLE_SECONDS = 0.5
 QUICK_JOBS = 200_000
 TABLES = {"tenure": "tenure.jobs", "pgqueuer": "pgqueuer"}
 
@@ -66,6 +68,16 @@ class SustainedResult:
     client_vacuums: int
     """VACUUMs a client ran (tenure's workers vacuum the jobs table, reaper/vacuum.py)."""
     samples: list[tuple[float, int]]
+    held_max: int | None = None
+    """tenure: the most jobs one worker held at a sample (running in the database: handlers in
+    flight plus finished jobs whose outcome is not yet written), against its concurrency."""
+    completion_calls: int | None = None
+    completion_max_ms: float | None = None
+    """tenure: calls of the completion statement and its longest one (pg_stat_statements)."""
+    slowest: list[dict[str, Any]] = field(default_factory=list)
+    """The statements with the longest single call during the drain."""
+    budget: list[dict[str, Any]] = field(default_factory=list)
+    """The statements that took the most time in total during the drain (with their calls)."""
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -89,14 +101,59 @@ def traced_drain(server: Any, key: str, jobs: int, *, payload_bytes: int = 0) ->
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(bench_queries()["db_analyze"])
     v0 = _vacuums(dsn, c.system)
+    q = bench_queries()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(q["statements_reset"])
     log(f"    [sustained] {key}: draining with {c.describe}")
-    r = run_one(server, c, jobs, dsn=dsn, trace=True, poll_floor=POLL_FLOOR, poll_cost_factor=POLL_COST_FACTOR,
-                poll_share=0.0, timeout=max(600.0, jobs / 500))
+    held = _HeldSampler(dsn) if c.system == "tenure" else None
+    try:
+        r = run_one(server, c, jobs, dsn=dsn, trace=True, poll_floor=POLL_FLOOR, poll_cost_factor=POLL_COST_FACTOR,
+                    poll_share=0.0, timeout=max(600.0, jobs / 500))
+    finally:
+        if held is not None:
+            held.stop()
     v1 = _vacuums(dsn, c.system)
     samples: list[tuple[float, int]] = r.extra["samples"]
     shape = stats.drain_shape(samples, jobs, window=WINDOW_SECONDS, fraction=FRACTION)
-    return SustainedResult(key, jobs, shape, r.e2e_rate, r.e2e_seconds, r.steady_rate, r.worker_cpu_per_job_us,
-                           r.db_cpu_per_job_us, v1[0] - v0[0], v1[1] - v0[1], v1[2] - v0[2], samples)
+    result = SustainedResult(key, jobs, shape, r.e2e_rate, r.e2e_seconds, r.steady_rate, r.worker_cpu_per_job_us,
+                             r.db_cpu_per_job_us, v1[0] - v0[0], v1[1] - v0[1], v1[2] - v0[2], samples)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        result.slowest = [dict(zip(("calls", "mean_ms", "max_ms", "query"), row))
+                          for row in conn.execute(q["statements_slowest"], {"limit": 5}).fetchall()]
+        result.budget = [dict(zip(("calls", "total_ms", "mean_ms", "query"), row))
+                         for row in conn.execute(q["statements_budget"], {"limit": 6}).fetchall()]
+        if c.system == "tenure":
+            row = conn.execute(q["tenure_completion_longest"], {}).fetchone()
+            if row is not None:
+                result.completion_calls, result.completion_max_ms = int(row[0]), float(row[1])
+    if held is not None:
+        result.held_max = held.most
+    return result
+
+
+class _HeldSampler:
+    """Samples, every ``HELD_SAMPLE_SECONDS`` on its own connection, the most jobs any one tenure
+    worker holds (``tenure_held_per_worker``): a worker claims only while its jobs in flight plus
+    its unwritten outcomes stay under its concurrency, and both are still ``running`` rows, so
+    this is that bound seen from outside. One cheap scan of the running rows per sample."""
+
+    def __init__(self, dsn: str) -> None:
+        self.most = 0
+        self._stop = threading.Event()
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self._thread = threading.Thread(target=self._run, name="held-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sql = bench_queries()["tenure_held_per_worker"]
+        while not self._stop.wait(HELD_SAMPLE_SECONDS):
+            row = self._conn.execute(sql).fetchone()
+            self.most = max(self.most, int(row[0]) if row else 0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._conn.close()
 
 
 def _windows(shape: stats.DrainShape) -> str:
@@ -124,10 +181,19 @@ def scenario_sustained(server: Any, args: Any, rep: Any) -> None:
                      stats.fmt_num(s.first, "/s"), stats.fmt_num(s.last, "/s"),
                      f"{stats.fmt_ratio(s.flatness)} {stats.verdict(s.flatness, 0.8, True)}",
                      f"{r.worker_cpu_per_job_us:.0f} + {r.db_cpu_per_job_us:.0f} µs",
-                     f"{r.autovacuums} / {r.autoanalyzes} / {r.client_vacuums}"])
+                     f"{r.autovacuums} / {r.autoanalyzes} / {r.client_vacuums}",
+                     "–" if r.completion_max_ms is None else f"{r.completion_max_ms:,.0f} ms ({r.completion_calls:,} calls)",
+                     "–" if r.held_max is None else str(r.held_max)])
     text = stats.table(["system", "config", "first → last job", "end to end", "first 10 %", "last 10 %",
-                        "last ÷ first (≥ 0.80)", "CPU/job worker + DB", "autovacuums / analyzes / client vacuums"], rows)
+                        "last ÷ first (≥ 0.80)", "CPU/job worker + DB", "autovacuums / analyzes / client vacuums",
+                        "longest completion (< 1,000 ms)", "most held by one worker (≤ concurrency)"], rows)
     text += "".join(f"\n\n{key} per {WINDOW_SECONDS:.0f} s window: {_windows(r.shape)}" for key, r in results.items())
+    for key, r in results.items():
+        text += f"\n\n{key}: the longest single calls\n" + "\n".join(
+            f"- {s['max_ms']:,.1f} ms (mean {s['mean_ms']:,.2f} ms, {s['calls']:,} calls): {s['query']}" for s in r.slowest)
+        text += f"\n\n{key}: database time per job, statement by statement (pg_stat_statements)\n" + "\n".join(
+            f"- {1000 * s['total_ms'] / r.jobs:,.1f} µs per job ({s['calls']:,} calls, mean {s['mean_ms']:,.3f} ms): "
+            f"{s['query']}" for s in r.budget)
     ratio = None
     if "tenure" in results and "pgqueuer" in results:
         a, b = results["tenure"].shape.whole, results["pgqueuer"].shape.whole
