@@ -28,7 +28,7 @@ every invariant; at least one must have checked a fenced attempt."""
 COMMAND = ["chaos", "--jobs", "300", "--duration", "40", "--workers", "3", "--reapers", "2", "--lease", "2",
            "--heartbeat", "0.5", "--grace", "1", "--reaper-interval", "0.5", "--max-lease-total", "6",
            "--kills-per-kind", "3", "--hangs", "2", "--sigstops", "2", "--partitions", "2", "--pg-restarts", "1",
-           "--gap-restarts", "2", "--skew", "5m", "--quiet"]
+           "--gap-restarts", "2", "--slow-completions", "1", "--skew", "5m", "--quiet"]
 
 
 def _chaos_run(tmp_path: Path, seed: int) -> dict[str, Any]:
@@ -64,7 +64,8 @@ def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
     assert figures["jobs_completed"] + figures["jobs_dead_lettered"] + figures["jobs_cancelled"] == 300
     faults = figures["faults_injected"]
     for kind in ("kill_before_effect", "kill_after_effect", "kill_during_ack", "hang", "sigstop",
-                 "partition_drop", "partition_blackhole", "pg_restart", "clock_skew", "process_exit"):
+                 "partition_drop", "partition_blackhole", "pg_restart", "clock_skew", "process_exit",
+                 "slow_completions"):
         assert faults.get(kind, 0) >= 1, f"fault {kind} never fired: {faults}"
     # Issue 12, defect 1: PostgreSQL restarted between guarded bodies and their success; no body ran twice.
     assert figures["restart_in_gap_fired"] >= 1, faults
@@ -80,5 +81,8 @@ def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
     assert figures["fenced_attempts_checked"] >= 1
     assert figures["recovery_seconds_killed"]["n"] >= 1
     assert figures["recovery_seconds_killed"]["max"] <= figures["recovery_bound_seconds"]
+    # Issue 40: the harness sampled the workers while completions were held back (and every
+    # sample stayed within concurrency: held_within_capacity held above).
+    assert figures["capacity"]["samples_during_slow_completions"] >= 10, figures["capacity"]
     offsets = report["clock_skew"]["observed_offsets_by_pid"].values()
     assert any(o > 290 for o in offsets) and any(o < -290 for o in offsets), report["clock_skew"]

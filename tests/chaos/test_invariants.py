@@ -43,9 +43,10 @@ def kill(at: float = 1000.1, pid: int = 41) -> dict[str, Any]:
 
 
 def verdict(jobs: list[dict[str, Any]] | None = None, reaps: list[dict[str, Any]] | None = None,
-            faults: list[dict[str, Any]] | None = None, planned: int = 1) -> Verdict:
+            faults: list[dict[str, Any]] | None = None, planned: int = 1,
+            capacity: list[dict[str, Any]] | None = None) -> Verdict:
     return check_all(jobs=[job()] if jobs is None else jobs, reaps=reaps or [], faults=faults or [], events={},
-                     planned=planned, timing=TIMING, run_end=2000.0)
+                     planned=planned, timing=TIMING, run_end=2000.0, capacity=capacity or [])
 
 
 def test_a_clean_recovery_passes_and_is_measured() -> None:
@@ -150,3 +151,61 @@ def test_job_control_invariants_catch_resurrected_cancels_paused_claims_and_lost
     assert bad.violations["pause_respected"] == ["2 claim(s) started while the queue was paused (fault 7)"]
     assert [m.split()[1] for m in bad.violations["timeout_retried"]] == ["5"]
     assert bad.figures["cancels"] == {"revoked_running": 1, "cancelled_pending": 1, "lost_race": 0}
+
+
+SLOW = {"id": 4, "kind": "slow_completions", "pid": None, "job_id": None, "lock_token": None,
+        "detail": {"table": "job_history"}, "started_at": 1000.5, "ended_at": 1005.5}
+STOP = {"id": 2, "kind": "sigstop", "pid": 41, "job_id": None, "lock_token": None, "detail": {},
+        "started_at": 1000.5, "ended_at": 1005.0}
+
+
+def test_a_finished_attempt_reaped_while_its_ack_waited_is_caught() -> None:
+    """Issue 40: the handler returned at 1000.4, the completion waited behind the lock on job_history,
+    the lease ran out and the reaper queued the job again."""
+    finished = reap(returned_at=1000.4, rejections_recorded=1)
+    slow = verdict(reaps=[finished], faults=[SLOW])
+    assert [m.split(":")[0] for m in slow.violations["success_not_rerun"]] == ["job 1"], slow.violations
+    assert "cause: slow_completions" in slow.violations["success_not_rerun"][0]
+    assert slow.figures["reaps_by_cause"] == {"slow_completions": 1}
+    assert not slow.violations["recovery_bounded"], "a reap under slow completions is not a recovery"
+    assert verdict(reaps=[finished]).violations["success_not_rerun"], "no fault at all: caught too"
+    # Excused: the worker was killed or stopped (its outcome could not be written), or the
+    # handler returned only after the reap (a stopped process resuming).
+    for faults in ([kill()], [STOP]):
+        ok = verdict(reaps=[finished], faults=faults)
+        assert ok.ok, ok.violations
+        assert ok.figures["returned_attempts_reaped"]["excused"] == 1
+    late = verdict(reaps=[reap(returned_at=1003.5, rejections_recorded=1)], faults=[SLOW])
+    assert not late.violations["success_not_rerun"], late.violations
+
+
+def sample(at: float, held: int, pid: int = 41, concurrency: int = 4, tokens: list[uuid.UUID] | None = None
+           ) -> dict[str, Any]:
+    return {"sampled_at": at, "worker_id": f"w-{pid}", "pid": pid, "concurrency": concurrency, "held": held,
+            "tokens": tokens if held > concurrency else None}
+
+
+def test_a_worker_holding_more_jobs_than_its_concurrency_is_caught() -> None:
+    """Before issue 40 a worker freed a finished job's slot before its outcome was written, so while
+    completions waited it claimed on: running rows piled up far above its concurrency."""
+    piling = [sample(1000.0 + i / 10, 4 + 3 * i, tokens=[uuid.uuid4() for _ in range(4 + 3 * i)]) for i in range(20)]
+    v = verdict(faults=[SLOW], capacity=piling)
+    assert len(v.violations["held_within_capacity"]) == 1, v.violations  # one line per worker
+    assert "held up to 61" in v.violations["held_within_capacity"][0]
+    assert "while completions were held back" in v.violations["held_within_capacity"][0]
+    assert v.figures["capacity"]["samples_during_slow_completions"] == 15  # 1000.5 to 1001.9
+    within = verdict(faults=[SLOW], capacity=[sample(1001.0, 4), sample(1002.0, 3, pid=42)])
+    assert within.ok, within.violations
+    assert within.figures["capacity"]["peak_held_during_slow_completions"] == 4
+
+
+def test_samples_above_concurrency_explained_by_a_fault_or_a_hang_are_excused() -> None:
+    stopped = verdict(faults=[STOP], capacity=[sample(1006.0, 5, tokens=[uuid.uuid4() for _ in range(5)])])
+    assert stopped.ok, stopped.violations
+    assert stopped.figures["capacity"]["excused"] == {"sigstop": 1}
+    other_pid = verdict(faults=[STOP], capacity=[sample(1006.0, 5, pid=42, tokens=[uuid.uuid4() for _ in range(5)])])
+    assert other_pid.violations["held_within_capacity"], "another worker's SIGSTOP explains nothing"
+    hang = {"id": 3, "kind": "hang", "pid": 41, "job_id": 1, "lock_token": T1, "detail": {},
+            "started_at": 1000.0, "ended_at": None}
+    capped = verdict(faults=[hang], capacity=[sample(1006.0, 5, tokens=[T1, *(uuid.uuid4() for _ in range(4))])])
+    assert capped.ok, capped.violations

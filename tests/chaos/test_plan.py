@@ -13,7 +13,7 @@ pytestmark = pytest.mark.chaos
 
 def test_same_seed_same_plan_and_every_fault_planned() -> None:
     config = ChaosConfig(jobs=300, kills_per_kind=3, hangs=2, sigstops=2, partitions=2, pg_restarts=1, gap_restarts=2,
-                         seed=7, cancels=4, queue_pauses=1, timeouts=2)
+                         seed=7, cancels=4, queue_pauses=1, timeouts=2, slow_completions=2)
     a = make_plan(config, can_partition=True, can_restart=True)
     assert a == make_plan(config, can_partition=True, can_restart=True)
     assert a != make_plan(ChaosConfig(**{**config.__dict__, "seed": 8}), can_partition=True, can_restart=True)
@@ -23,7 +23,7 @@ def test_same_seed_same_plan_and_every_fault_planned() -> None:
     assert all(15 <= n < 270 for n in a.markers)  # inside production, never the first or last jobs
     assert sorted(t.kind for t in a.timed) == sorted(["sigstop"] * 2 + ["partition_drop", "partition_blackhole",
                                                                         "pg_restart", "queue_pause"]
-                                                      + ["cancel"] * 4)
+                                                      + ["cancel"] * 4 + ["slow_completions"] * 2)
     points = [t.after_enqueued for t in a.timed]
     assert points == sorted(points) and 0 < points[0] and points[-1] < 300
     assert len(a.work_ms) == 300 and all(config.work_ms_min <= w <= config.work_ms_max for w in a.work_ms)
@@ -31,7 +31,7 @@ def test_same_seed_same_plan_and_every_fault_planned() -> None:
 
 def test_faults_the_database_cannot_take_are_left_out() -> None:
     plan = make_plan(ChaosConfig(partitions=2, pg_restarts=1), can_partition=False, can_restart=False)
-    assert {t.kind for t in plan.timed} == {"sigstop", "cancel", "queue_pause"}
+    assert {t.kind for t in plan.timed} == {"sigstop", "cancel", "queue_pause", "slow_completions"}
 
 
 def test_counts_scale_with_duration_and_bad_settings_are_refused() -> None:
@@ -41,3 +41,5 @@ def test_counts_scale_with_duration_and_bad_settings_are_refused() -> None:
         ChaosConfig(lease=2, heartbeat=1).validate()
     with pytest.raises(ConfigError):
         ChaosConfig(grace=0.1).validate()
+    with pytest.raises(ConfigError):
+        ChaosConfig(slow_completions=-1).validate()

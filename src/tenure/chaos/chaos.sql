@@ -1,10 +1,11 @@
 -- Named queries of the chaos harness (tenure.chaos). Same format as core/sql/queries.sql and
 -- loaded with tenure.core.queries.parse_named_queries; run only by tenure/chaos/store.py.
 -- `{schema}` is the quoted schema of the run. The harness keeps its own tables there
--- (chaos_effects, chaos_faults, chaos_fences, chaos_lease_samples) next to tenure's; every time is the DB clock.
+-- (chaos_effects, chaos_faults, chaos_fences, chaos_lease_samples, chaos_returns, chaos_capacity_samples) next to
+-- tenure's; every time is the DB clock.
 
 -- name: chaos_setup
--- Create the harness's tables (idempotent): effects written by jobs, injected faults, attempts that stopped on LeaseLost, lease samples.
+-- Create the harness's tables (idempotent): effects written by jobs, injected faults, attempts that stopped on LeaseLost, lease samples, handler returns, per-worker held-job samples.
 CREATE TABLE IF NOT EXISTS {schema}.chaos_effects (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_n        integer     NOT NULL,
@@ -45,6 +46,22 @@ CREATE TABLE IF NOT EXISTS {schema}.chaos_lease_samples (
     job_id                bigint      NOT NULL,
     max_lease_expires_at  timestamptz NOT NULL,
     last_sampled_at       timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {schema}.chaos_returns (
+    lock_token   uuid        PRIMARY KEY,
+    job_id       bigint      NOT NULL,
+    attempt      integer     NOT NULL,
+    pid          integer     NOT NULL,
+    returned_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.chaos_capacity_samples (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sampled_at   timestamptz NOT NULL,
+    worker_id    text        NOT NULL,
+    pid          integer,
+    concurrency  integer     NOT NULL,
+    held         integer     NOT NULL,
+    tokens       uuid[]
 );
 
 -- name: chaos_schema_drop
@@ -99,6 +116,34 @@ RETURNING id;
 INSERT INTO {schema}.chaos_fences (lock_token, job_id, kind, pid)
 VALUES (%(token)s, %(job_id)s, %(kind)s, %(pid)s)
 ON CONFLICT (lock_token) DO NOTHING;
+
+-- name: chaos_returned
+-- Note that an attempt's handler returned successfully (its last act): the outcome the worker now owes is a completion.
+INSERT INTO {schema}.chaos_returns (lock_token, job_id, attempt, pid)
+VALUES (%(token)s, %(job_id)s, %(attempt)s, %(pid)s)
+ON CONFLICT (lock_token) DO NOTHING;
+
+-- name: chaos_capacity_sample
+-- Per worker, the running jobs it holds under an unexpired lease in one snapshot, against its registered concurrency (the tokens only when above it).
+INSERT INTO {schema}.chaos_capacity_samples (sampled_at, worker_id, pid, concurrency, held, tokens)
+SELECT now(), w.id, w.pid, w.concurrency, h.held, CASE WHEN h.held > w.concurrency THEN h.tokens END
+FROM (SELECT locked_by, count(*)::int AS held, array_agg(lock_token) AS tokens FROM {schema}.jobs
+      WHERE status = 'running' AND lease_expires_at > now() GROUP BY locked_by) h
+JOIN {schema}.workers w ON w.id = h.locked_by;
+
+-- name: chaos_capacity_samples
+-- Every per-worker held-job sample of the run, oldest first.
+SELECT extract(epoch FROM sampled_at)::float8 AS sampled_at, worker_id, pid, concurrency, held, tokens
+FROM {schema}.chaos_capacity_samples ORDER BY id;
+
+-- name: chaos_history_lock_limits
+-- The slow_completions fault's transaction: how long it waits for its lock, and how long the server lets it sit idle holding it (should the harness stall).
+SELECT set_config('lock_timeout', %(lock_timeout)s, true) AS lock_timeout,
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true) AS idle_timeout;
+
+-- name: chaos_history_lock
+-- Lock job_history, and so every partition (LOCK recurses), in ACCESS EXCLUSIVE mode until the transaction ends: every completion, which inserts into it, waits.
+LOCK TABLE {schema}.job_history IN ACCESS EXCLUSIVE MODE;
 
 -- name: chaos_lease_sample
 -- Remember the latest lease expiry seen for every running attempt (a sound lower bound for the no-early-reap check).
@@ -167,12 +212,14 @@ WHERE j.queue_name = %(queue)s
 ORDER BY j.id;
 
 -- name: chaos_reaps
--- Every reap with its attempt's claim, owner, the latest lease expiry ever sampled, and what that token wrote afterwards.
+-- Every reap with its attempt's claim, owner, the latest lease expiry ever sampled, when its handler returned (if it did), and what that token wrote afterwards.
 SELECT r.id AS event_id, r.job_id, r.event, r.lock_token, r.detail,
        extract(epoch FROM r.created_at)::float8 AS reaped_at,
        extract(epoch FROM coalesce((r.detail ->> 'started_at')::timestamptz, c.created_at))::float8 AS claimed_at,
        coalesce(r.detail ->> 'owner', c.worker_id) AS worker_id, w.pid,
        extract(epoch FROM s.max_lease_expires_at)::float8 AS sampled_lease_expires_at,
+       (SELECT extract(epoch FROM x.returned_at)::float8 FROM {schema}.chaos_returns x
+         WHERE x.lock_token = r.lock_token) AS returned_at,
        (SELECT count(*) FROM {schema}.job_events a
          WHERE a.job_id = r.job_id AND a.lock_token = r.lock_token AND a.id > r.id
            AND a.event IN ('completed', 'retry_scheduled', 'dead_lettered', 'released', 'deferred'))::int

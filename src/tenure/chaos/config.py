@@ -85,6 +85,8 @@ class ChaosConfig:
     """Pauses of the run's queue, each as long as a SIGSTOP, then resumed (issue 14)."""
     timeouts: int | None = None
     """Jobs whose first attempt overruns its task's timeout (chaos.timed), retried as task_timeout."""
+    slow_completions: int | None = None
+    """Locks of ``job_history`` (ACCESS EXCLUSIVE) that hold every completion back as long as a SIGSTOP (issue 40)."""
     skew: float = SKEW_DEFAULT
     """Seconds of wall-clock skew for workers 1 (+) and 2 (-); 0 disables."""
     recovery_margin: float = RECOVERY_MARGIN_DEFAULT
@@ -120,14 +122,15 @@ class ChaosConfig:
         if self.skew < 0 or self.recovery_margin < 0 or self.settle_timeout <= 0:
             raise ConfigError("skew and margin must be >= 0, settle timeout positive")
         for name in ("kills_per_kind", "hangs", "sigstops", "partitions", "pg_restarts", "gap_restarts",
-                     "cancels", "queue_pauses", "timeouts"):
+                     "cancels", "queue_pauses", "timeouts", "slow_completions"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"{name} must be >= 0")
 
     @property
     def pause_seconds(self) -> float:
-        """How long a SIGSTOP or partition lasts: past lease + grace + two reaper cycles."""
+        """How long a SIGSTOP, partition, queue pause or slow_completions lock lasts: past lease +
+        grace + two reaper cycles (a lease nobody renews in that time is reaped)."""
         return self.lease + self.grace + 2 * self.reaper_interval + 1.0
 
     def counts(self) -> dict[str, int]:
@@ -148,6 +151,7 @@ class ChaosConfig:
             "cancels": pick(self.cancels, max(3, round(4 * minutes))),
             "queue_pauses": pick(self.queue_pauses, max(1, round(0.2 * budget))),
             "timeouts": pick(self.timeouts, max(2, round(minutes))),
+            "slow_completions": pick(self.slow_completions, max(1, round(0.2 * budget))),
         }
 
     def timing(self) -> Timing:

@@ -4,7 +4,17 @@ The plan marks jobs (kill -9 before the effect, after the effect and before the 
 during the acknowledgement; a handler that hangs; a first attempt that overruns its timeout; a
 PostgreSQL restart between the guarded body and ``eff.succeeded()``) and places process-level faults
 at points of production (SIGSTOP, partition of worker 0 through the proxy, PostgreSQL restart,
-queue pause, cancel). Same config and seed, same plan.
+queue pause, cancel, slow completions). Same config and seed, same plan.
+
+``slow_completions`` (issue 40) is a slow database as the workers' acknowledgements meet it: a
+connection of the harness (:class:`HistoryLock`, on its own thread) takes ``LOCK TABLE job_history
+IN ACCESS EXCLUSIVE MODE``, which every completion waits behind (``job_complete_many`` inserts into
+it; the lock recurses into its partitions), for as long as a SIGSTOP, past lease + grace + two
+reaper cycles, then rolls back. Claims, heartbeats and reaps touch only ``jobs`` and go on: a worker
+must keep the leases of finished jobs whose outcomes wait, and stop claiming while they do. Anything
+else that reads ``job_history`` (``all_jobs``) waits too, including the harness's progress poll,
+which the main loop skips meanwhile (:attr:`Injector.history_locked`); the lock is released on the
+fault's own thread, so nothing the harness does can keep it.
 
 The injector fires the process-level faults as the producer passes their points, one at a time with
 :data:`~tenure.chaos.config.FAULT_GAP` of calm between two, aimed at a worker holding running jobs
@@ -22,6 +32,7 @@ import glob
 import os
 import random
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,17 +50,23 @@ from tenure.chaos.store import ChaosStore
 from tenure.core.db import connect
 from tenure.core.embedded import EmbeddedServer
 
-AIMLESS = ("pg_restart", "cancel", "queue_pause")
+AIMLESS = ("pg_restart", "cancel", "queue_pause", "slow_completions")
 """Timed faults that hit no particular worker."""
 INSTANT = ("pg_restart", "cancel")
 """Timed faults that are over as soon as they began."""
+HISTORY_LOCK_WAIT = 5.0
+"""Seconds the slow_completions fault waits for its lock (behind statements already running on
+``job_history``) before it gives up and is not injected."""
+HISTORY_LOCK_IDLE_LIMIT = 30.0
+"""Seconds beyond its planned hold after which the server itself ends a slow_completions lock
+(``idle_in_transaction_session_timeout``): a safety net should the harness stall."""
 
 
 @dataclass(frozen=True)
 class TimedFault:
     kind: str
-    """``sigstop``, ``partition_drop``, ``partition_blackhole``, ``pg_restart``, ``cancel`` or
-    ``queue_pause``."""
+    """``sigstop``, ``partition_drop``, ``partition_blackhole``, ``pg_restart``, ``cancel``,
+    ``queue_pause`` or ``slow_completions``."""
     after_enqueued: int
     """Fires once the producer has enqueued this many jobs."""
 
@@ -81,6 +98,7 @@ def make_plan(config: ChaosConfig, *, can_partition: bool, can_restart: bool,
     if can_restart:
         timed_kinds += ["pg_restart"] * counts["pg_restarts"]
     timed_kinds += ["queue_pause"] * counts["queue_pauses"]
+    timed_kinds += ["slow_completions"] * counts["slow_completions"]
     rng.shuffle(timed_kinds)
     # Cancels take no time and need no calm: spread them on their own points.
     cancels = [TimedFault("cancel", int((0.10 + 0.75 * rng.random()) * config.jobs))
@@ -160,6 +178,56 @@ def worker_env(config: ChaosConfig, slot: int | None, *, dsn: str, proxy: TcpPro
     return env
 
 
+# -- the slow database ----------------------------------------------------------------------------
+class HistoryLock:
+    """``job_history`` held in ACCESS EXCLUSIVE mode for ``seconds`` on a connection and thread of
+    its own: :meth:`start` returns once the lock is granted (or refused); the thread releases it
+    after ``seconds`` whatever the caller does meanwhile, or earlier on :meth:`release`."""
+
+    def __init__(self, dsn: str, schema: str, seconds: float) -> None:
+        self.dsn, self.schema, self.seconds = dsn, schema, seconds
+        self.started: float | None = None
+        """Database epoch seconds when the lock was granted (None: it never was)."""
+        self.ended: float | None = None
+        """Database epoch seconds when it was released."""
+        self.error: str | None = None
+        self._ready = threading.Event()
+        self._release = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._hold, name="tenure-chaos-history-lock", daemon=True)
+
+    def start(self) -> bool:
+        """Take the lock; True once it is held, False if it could not be taken (see ``error``)."""
+        self._thread.start()
+        self._ready.wait()
+        return self.started is not None
+
+    @property
+    def holding(self) -> bool:
+        return self.started is not None and not self._done.is_set()
+
+    def release(self) -> None:
+        """Release the lock now (if still held) and wait for the thread."""
+        self._release.set()
+        self._thread.join(timeout=HISTORY_LOCK_WAIT + 10)
+
+    def _hold(self) -> None:
+        try:
+            with connect(self.dsn, application_name="tenure-chaos-slow-completions") as conn:
+                store = ChaosStore(conn, self.schema)
+                with store.history_locked(lock_timeout=HISTORY_LOCK_WAIT,
+                                          idle_timeout=self.seconds + HISTORY_LOCK_IDLE_LIMIT) as granted:
+                    self.started = granted
+                    self._ready.set()
+                    self._release.wait(self.seconds)
+                self.ended = store.db_now()
+        except psycopg.Error as exc:
+            self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        finally:
+            self._done.set()
+            self._ready.set()
+
+
 # -- the injector ---------------------------------------------------------------------------------
 class ActiveFault(NamedTuple):
     """A process-level fault under way."""
@@ -173,6 +241,8 @@ class ActiveFault(NamedTuple):
     """The process it hit (SIGSTOP, partition), if any."""
     outcome: dict[str, Any] | None = None
     """A cancel's job and outcome."""
+    lock: HistoryLock | None = None
+    """A slow_completions fault's lock on ``job_history``."""
 
 
 class Injector:
@@ -204,6 +274,12 @@ class Injector:
     def finished(self) -> bool:
         """Every timed fault fired and undone."""
         return not self.timed and self.active is None
+
+    @property
+    def history_locked(self) -> bool:
+        """A slow_completions fault holds ``job_history``: whatever reads it waits until it ends."""
+        lock = self.active.lock if self.active is not None else None
+        return lock is not None and lock.holding
 
     @property
     def left(self) -> int:
@@ -263,6 +339,12 @@ class Injector:
         if fault.kind == "queue_pause":
             self._set_paused(True)
             return ActiveFault(fault.kind, db_time(), time.monotonic() + c.pause_seconds)
+        if fault.kind == "slow_completions":
+            lock = HistoryLock(self.dsn, self.schema, c.pause_seconds)
+            if not lock.start() or lock.started is None:
+                self.journal.say(f"chaos: slow_completions not injected: {lock.error}")
+                return None
+            return ActiveFault(fault.kind, lock.started, time.monotonic() + c.pause_seconds, lock=lock)
         if fault.kind == "pg_restart":
             assert self.server is not None
             started = db_time()
@@ -282,6 +364,12 @@ class Injector:
             ended = self.journal.db_time()
             self._set_paused(False)
             self.journal.record(kind, None, started, ended)
+            return
+        if kind == "slow_completions" and active.lock is not None:
+            active.lock.release()
+            ended = active.lock.ended if active.lock.ended is not None else self.journal.db_time()
+            self.journal.record(kind, None, started, ended, table="job_history", mode="ACCESS EXCLUSIVE",
+                                **({"error": active.lock.error} if active.lock.error else {}))
             return
         pid = active.proc.pid if active.proc is not None else None
         if kind == "sigstop" and active.proc is not None:

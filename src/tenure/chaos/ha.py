@@ -267,7 +267,8 @@ class HaChaosHarness:
             if str(reap["lock_token"]) not in started_tokens and not reap.get("worker_fence"):
                 reap["worker_fence"] = "claim_never_delivered"
         return check_all(jobs=jobs, reaps=reaps, faults=store.faults(), events=store.event_counts(QUEUE),
-                         planned=enqueued, timing=self.config.timing(), run_end=time.time())
+                         planned=enqueued, timing=self.config.timing(), run_end=time.time(),
+                         capacity=store.capacity_samples())
 
 
 def failover_figures(records: list[FailoverRecord], verdict: Verdict) -> dict[str, Any]:

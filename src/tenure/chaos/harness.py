@@ -12,6 +12,8 @@ chosen by ``seed``:
 - process-level faults fired as the producer passes seeded points: SIGSTOP of a worker for
   longer than the lease, then SIGCONT; a partition of worker 0 (``drop`` or ``blackhole``) for
   longer than the lease; a PostgreSQL restart (only when the harness owns the embedded server);
+  a queue pause; a cancel; slow completions (``job_history`` locked ACCESS EXCLUSIVE as long as a
+  SIGSTOP, so every acknowledgement waits: issue 40);
 - ``restart_in_gap`` markers (harness-owned server only): after a job's guarded body and before
   its ``eff.succeeded()``, the task asks the harness for ``pg_ctl restart -m fast`` (through a
   file in a control folder) and waits 3 s, the gap where a restart once ran an effect twice.
@@ -212,7 +214,8 @@ class ChaosHarness:
                     f"running {prog['running']}, pending {prog['pending']}, faults left {injector.left}")
 
         return Hooks(step=step, quiet=lambda: not producer.is_alive() and injector.finished,
-                     settled=lambda prog: bool(prog["terminal"] >= c.jobs), line=line, every_tick=recycle)
+                     settled=lambda prog: bool(prog["terminal"] >= c.jobs), line=line, every_tick=recycle,
+                     history_locked=lambda: injector.history_locked)
 
     def _shutdown(self, fleet: Fleet) -> None:
         fleet.shutdown()
@@ -235,7 +238,7 @@ class ChaosHarness:
                         for f in faults if f["kind"] == "queue_pause" and f["ended_at"] is not None}
         timeout_jobs = store.timeout_job_ids(QUEUE)
         verdict: Verdict = check_all(jobs=jobs, reaps=reaps, faults=faults, events=events, planned=c.jobs,
-                                     timing=c.timing(), run_end=run_end)
+                                     timing=c.timing(), run_end=run_end, capacity=store.capacity_samples())
         check_job_control(verdict, jobs=jobs, faults=faults, reaps=reaps, pause_claims=pause_claims,
                           timeout_jobs=timeout_jobs)
         if self.proxy is not None:
@@ -256,6 +259,12 @@ class ChaosHarness:
             self.server.stop("immediate")
             if self._own_tmp is not None:
                 shutil.rmtree(self._own_tmp, ignore_errors=True)
+
+
+def _capacity_line(cap: dict[str, Any]) -> str:
+    return (f"{cap.get('peak_held')} vs {cap.get('concurrency')} ({cap.get('peak_held_during_slow_completions')} in "
+            f"{cap.get('samples_during_slow_completions', 0)} samples while locked); "
+            f"{cap.get('samples_above', 0)} sample(s) above, {sum((cap.get('excused') or {}).values())} excused")
 
 
 def format_report(report: ChaosReport) -> str:
@@ -287,6 +296,9 @@ def format_report(report: ChaosReport) -> str:
         ("unguarded effects / duplicates", f"{f.get('unguarded_effects')} / {f.get('unguarded_duplicates')} "
                                            f"(in {f.get('jobs_with_unguarded_duplicates')} jobs)"),
         ("reaps by cause", ", ".join(f"{k}={v}" for k, v in f.get("reaps_by_cause", {}).items())),
+        ("finished attempts reaped: excused by a fault / not", "{excused} / {violations}".format(
+            **f.get("returned_attempts_reaped", {"excused": 0, "violations": 0}))),
+        ("held per worker: peak vs concurrency (slow completions)", _capacity_line(f.get("capacity") or {})),
         ("recovery of killed jobs p50/p99/max", f"{rec.get('p50')} / {rec.get('p99')} / {rec.get('max')} s "
                                                 f"(n={rec.get('n')}, bound {f.get('recovery_bound_seconds')}s)"),
         ("recovery, all faults p50/p99/max", f"{allrec.get('p50')} / {allrec.get('p99')} / {allrec.get('max')} s "

@@ -24,6 +24,21 @@ times are epoch seconds by the database clock. Each invariant yields a list of v
 - ``recovery_bounded``: each reap caused by a killed, stopped or partitioned process came within
   lease + heartbeat + grace + reaper interval + margin of the fault; a hung handler's within
   max_lease_total + heartbeat + grace + reaper interval + margin of its claim.
+- ``success_not_rerun`` (issue 40): no attempt whose handler had returned successfully (the chaos
+  task notes it in ``chaos_returns`` as its last act) was reaped afterwards, which would run its
+  job again (or dead-letter it), unless its process was killed, stopped or partitioned, or the
+  database restarted or failed over: a slow acknowledgement alone must never cost a finished
+  job its lease. A reap is the only way a running attempt goes back to the queue (a timeout's
+  retry and a cancel are the worker's and the user's own verdicts), so this is "no second attempt
+  after a successful one".
+- ``held_within_capacity`` (issue 40): in every sample the harness took (every tick, about
+  0.1 s), no worker held more running jobs under unexpired leases than its registered
+  concurrency. Its handlers in flight plus its finished jobs whose outcomes are not yet written
+  are exactly those rows, so a worker that went on claiming while its acknowledgements waited
+  shows here. A row whose lease expired is the reaper's, not the worker's (the worker gave it up
+  at its local deadline, which never comes after the database's expiry); samples within a
+  SIGSTOP or partition of that worker, or a restart or failover, plus the recovery bound, and
+  rows of hung handlers (whose capped lease ends as the worker claims again), are excused.
 """
 
 from __future__ import annotations
@@ -41,8 +56,12 @@ Row = dict[str, Any]
 
 INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "guarded_body_once_across_restart", "single_completion",
               "stale_writes_fenced", "no_early_reap", "recovery_bounded", "cancel_sticks", "pause_respected",
-              "timeout_retried")
+              "timeout_retried", "success_not_rerun", "held_within_capacity")
 KILL_KINDS = ("kill_before_effect", "kill_after_effect", "kill_during_ack")
+HELD_KINDS = ("sigstop", "partition_drop", "partition_blackhole")
+"""Faults that hold one worker process away from the database for longer than its lease."""
+SLOW = "slow_completions"
+"""The fault that holds every completion back (``job_history`` locked), and the reap cause it gives."""
 EPSILON = 0.002
 """Seconds of float rounding tolerated when comparing DB timestamps converted to epochs."""
 REJECTION_SETTLE = 7.0
@@ -191,6 +210,11 @@ class FaultWindows(NamedTuple):
     """Hang fault per lock token."""
 
 
+def _database_wide(kind: str) -> bool:
+    """A fault that took the database away from every process (a restart, a failover)."""
+    return kind == "pg_restart" or kind.startswith("failover_")
+
+
 def _fault_windows(faults: Iterable[Row]) -> FaultWindows:
     windows: list[_Window] = []
     exits: dict[int, float] = {}
@@ -208,9 +232,9 @@ def _fault_windows(faults: Iterable[Row]) -> FaultWindows:
             exits[pid] = min(exits.get(pid, start), start)
         elif kind == "hang" and f["lock_token"] is not None:
             hangs[str(f["lock_token"])] = f
-        elif kind in ("sigstop", "partition_drop", "partition_blackhole"):
+        elif kind in HELD_KINDS:
             windows.append(_Window(kind, pid, start, end))
-        elif kind == "pg_restart" or kind.startswith("failover_"):  # the database went away for everyone
+        elif _database_wide(kind) or kind == SLOW:  # the database went away, or stopped taking completions
             windows.append(_Window(kind, None, start, end))
     return FaultWindows(windows, exits, hangs)
 
@@ -255,9 +279,9 @@ def _attribute(r: Row, faults: FaultWindows, timing: Timing) -> Attribution:
            and (claimed_at is None or w.end >= claimed_at - EPSILON) and w.start <= reaped_at + EPSILON]
     kills = [w for w in own if w.kind == "kill"]
     held = [w for w in own if w.kind != "kill"]
-    restarts = [w for w in faults.windows if (w.kind == "pg_restart" or w.kind.startswith("failover_"))
-                and w.start <= reaped_at
+    restarts = [w for w in faults.windows if _database_wide(w.kind) and w.start <= reaped_at
                 and reaped_at <= w.end + timing.recovery_bound + 10]
+    slow = [w for w in faults.windows if w.kind == SLOW and w.start <= reaped_at <= w.end + timing.recovery_bound]
     if kills:
         return Attribution("kill", min(w.start for w in kills), timing.recovery_bound, reaped_at)
     if held:
@@ -266,7 +290,22 @@ def _attribute(r: Row, faults: FaultWindows, timing: Timing) -> Attribution:
     if restarts:
         w = restarts[-1]
         return Attribution(w.kind, w.start, (w.end - w.start) + timing.recovery_bound + 10, max(w.end, reaped_at))
+    if slow:  # not a recovery from anything: a lease the worker failed to keep while completions waited
+        w = slow[-1]
+        return Attribution(w.kind, w.start, (w.end - w.start) + timing.recovery_bound, max(w.end, reaped_at))
     return Attribution("unexplained", None, timing.recovery_bound, reaped_at)
+
+
+def _excuses_rerun(cause: str) -> bool:
+    """Whether a reap's cause lets a finished attempt be run again: its process died, was held
+    away from the database past its lease, or the database itself went away."""
+    return cause == "kill" or cause in HELD_KINDS or _database_wide(cause)
+
+
+def _unbounded(cause: str) -> bool:
+    """Reap causes reported but not held to the recovery bound (the reapers were cut off too, or
+    nothing was to be recovered from)."""
+    return _database_wide(cause) or cause == SLOW
 
 
 def _fence_outcome(r: Row) -> str:
@@ -292,6 +331,7 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
     recovery: dict[str, list[float]] = defaultdict(list)
     unexplained: list[str] = []
     fenced: Counter[str] = Counter()
+    rerun: Counter[str] = Counter()
     for r in reaps:
         jid, token = r["job_id"], str(r["lock_token"])
         reaped_at = float(r["reaped_at"])
@@ -308,10 +348,21 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
         elif blame.since is not None:
             took = reaped_at - blame.since
             recovery[blame.cause].append(took)
-            if (blame.cause != "pg_restart" and not blame.cause.startswith("failover_")
-                    and took > blame.bound + EPSILON):
+            if not _unbounded(blame.cause) and took > blame.bound + EPSILON:
                 v["recovery_bounded"].append(f"job {jid}: {blame.cause} recovered after {took:.2f}s "
                                              f"(bound {blame.bound:.2f}s)")
+        # -- a finished attempt must keep its lease until its outcome is written (issue 40) -----
+        returned_at = r.get("returned_at")
+        if returned_at is not None and float(returned_at) <= reaped_at + EPSILON:
+            if _excuses_rerun(blame.cause):
+                rerun[blame.cause] += 1
+            else:
+                rerun["violations"] += 1
+                then = "dead-lettered" if r["event"] == "reaped_to_dead_letter" else "queued to run again"
+                v["success_not_rerun"].append(
+                    f"job {jid}: attempt {token[:8]} (pid {pid}) returned success, its outcome was not written, "
+                    f"and it was reaped {reaped_at - float(returned_at):.2f}s later and {then} "
+                    f"(cause: {blame.cause})")
         # -- the survivor must have recorded its rejection ----------------------------------
         if pid is not None and blame.cause != "kill":
             alive_until = windows.exits.get(pid, run_end)
@@ -324,8 +375,7 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
                         f"job {jid}: reaped token {token[:8]} of surviving pid {pid} ({blame.cause}) left no "
                         f"recorded rejection")
     killed = recovery.get("kill", [])
-    all_faulted = [x for kind, xs in recovery.items()
-                   if kind != "pg_restart" and not kind.startswith("failover_") for x in xs]
+    all_faulted = [x for kind, xs in recovery.items() if not _unbounded(kind) for x in xs]
     verdict.figures.update({
         "reaps": len(reaps),
         "reaps_by_cause": {k: len(xs) for k, xs in sorted(recovery.items())} | (
@@ -341,7 +391,60 @@ def check_reaps(verdict: Verdict, reaps: Sequence[Row], faults: Sequence[Row], t
         "fenced_attempts_self_fenced_before_writing": fenced["self_fenced"],
         "fenced_attempts_effect_succeed_rejected_unrecorded": fenced["effect_succeed_rejected"],
         "fenced_attempts_claim_never_delivered": fenced["claim_never_delivered"],
+        "returned_attempts_reaped": {"excused": sum(n for k, n in rerun.items() if k != "violations"),
+                                     "violations": rerun["violations"],
+                                     "excused_by": {k: n for k, n in sorted(rerun.items()) if k != "violations"}},
     })
+
+
+def _excuses_capacity(w: _Window, pid: int | None, at: float, timing: Timing) -> bool:
+    """Whether fault window ``w`` explains a sample of worker ``pid`` at ``at`` above its concurrency:
+    the worker was held away from the database (its own SIGSTOP or partition) or the database went
+    away, and the sample falls within the fault or the recovery bound after it. A lease renewed in
+    the database whose answer never reached the worker makes it give the job up (and claim again)
+    while the row still looks held."""
+    if not (w.start - EPSILON <= at <= w.end + timing.recovery_bound):
+        return False
+    return (w.kind in HELD_KINDS and w.pid is not None and w.pid == pid) or _database_wide(w.kind)
+
+
+def check_capacity(verdict: Verdict, samples: Sequence[Row], faults: Sequence[Row], timing: Timing) -> None:
+    """``held_within_capacity`` over the harness's samples (``chaos_capacity_samples``: one row per
+    worker holding any running job under an unexpired lease, per sample; tokens when above)."""
+    windows = _fault_windows(faults)
+    slow = [w for w in windows.windows if w.kind == SLOW]
+    excused: Counter[str] = Counter()
+    above: dict[str, list[Row]] = defaultdict(list)
+    for s in samples:
+        held, cap, at = int(s["held"]), int(s["concurrency"]), float(s["sampled_at"])
+        if held <= cap:
+            continue
+        pid = int(s["pid"]) if s["pid"] is not None else None
+        hung = sum(1 for t in s["tokens"] or [] if str(t) in windows.hangs)
+        cover = next((w for w in windows.windows if _excuses_capacity(w, pid, at, timing)), None)
+        if held - hung <= cap:
+            excused["hang"] += 1
+        elif cover is not None:
+            excused[cover.kind] += 1
+        else:
+            above[str(s["worker_id"])].append(s)
+    for worker, rows in above.items():
+        peak = max(rows, key=lambda r: int(r["held"]))
+        verdict.violations["held_within_capacity"].append(
+            f"worker {worker} (pid {peak['pid']}, concurrency {peak['concurrency']}) held up to {peak['held']} "
+            f"running jobs under unexpired leases, in {len(rows)} sample(s) from {float(rows[0]['sampled_at']):.1f} "
+            f"to {float(rows[-1]['sampled_at']):.1f}" + (" (while completions were held back)" if any(
+                w.start <= float(r["sampled_at"]) <= w.end for r in rows for w in slow) else ""))
+    during = [int(s["held"]) for s in samples if any(w.start <= float(s["sampled_at"]) <= w.end for w in slow)]
+    verdict.figures["capacity"] = {
+        "samples": len(samples),
+        "peak_held": max((int(s["held"]) for s in samples), default=None),
+        "concurrency": max((int(s["concurrency"]) for s in samples), default=None),
+        "samples_above": sum(excused.values()) + sum(len(rows) for rows in above.values()),
+        "excused": dict(sorted(excused.items())),
+        "samples_during_slow_completions": len(during),
+        "peak_held_during_slow_completions": max(during, default=None),
+    }
 
 
 def _stats(values: Sequence[float]) -> dict[str, float | int | None]:
@@ -352,10 +455,13 @@ def _stats(values: Sequence[float]) -> dict[str, float | int | None]:
 
 
 def check_all(*, jobs: Sequence[Row], reaps: Sequence[Row], faults: Sequence[Row], events: dict[str, int],
-              planned: int, timing: Timing, run_end: float) -> Verdict:
+              planned: int, timing: Timing, run_end: float, capacity: Sequence[Row] = ()) -> Verdict:
+    """Every invariant but the job-control ones (:func:`check_job_control`); ``capacity`` is the
+    harness's held-job samples (none: ``held_within_capacity`` holds vacuously, with 0 samples)."""
     verdict = Verdict()
     check_jobs(verdict, jobs, planned)
     check_reaps(verdict, reaps, faults, timing, run_end)
+    check_capacity(verdict, capacity, faults, timing)
     kinds = Counter(str(f["kind"]) for f in faults)
     during_ack = [f for f in faults if f["kind"] == "kill_during_ack"]
     completed_tokens = {str(t) for j in jobs for t in (j["completion_tokens"] or [])}

@@ -2,8 +2,11 @@
 
 Each tick: replace dead processes (:meth:`Fleet.watch`), let the run do its own step (faults,
 errors of its threads), then on the journal's connection write pending fault records, take a
-lease sample, and poll progress. The loop returns once production and faults are over and every
-job is terminal, or after ``settle_timeout`` seconds of waiting for that.
+lease sample and a sample of the running jobs each worker holds (``held_within_capacity``), and
+poll progress. The progress poll reads ``all_jobs``, so it is skipped while a fault holds
+``job_history`` locked (the samples read only ``jobs`` and go on). The loop returns once
+production and faults are over and every job is terminal, or after ``settle_timeout`` seconds of
+waiting for that.
 
 Limits: a database error skips the rest of the tick and reconnects on the next; an error raised by
 ``step`` ends the run.
@@ -40,6 +43,8 @@ class Cadence:
     """Between two progress lines on stderr."""
     retry_on: type[psycopg.Error] = psycopg.OperationalError
     """Database errors that only skip the tick."""
+    capacity: float = 0.1
+    """Between two samples of the running jobs each worker holds (at most once a tick)."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +61,14 @@ class Hooks:
     """The progress line."""
     every_tick: Callable[[ChaosStore, float], None] | None = None
     """Extra work on the journal's store each tick."""
+    history_locked: Callable[[], bool] | None = None
+    """True while a fault holds ``job_history`` locked: the progress poll, which reads it, waits."""
 
 
 def run_until_settled(*, fleet: Fleet, journal: Journal, cadence: Cadence, hooks: Hooks,
                       settle_timeout: float, prefix: str) -> None:
     """Tick until the run settles (see the module docstring); ``prefix`` starts the timeout line."""
-    next_sample = next_progress = 0.0
+    next_sample = next_progress = next_capacity = 0.0
     done_at: float | None = None
     while True:
         now = time.monotonic()
@@ -74,9 +81,14 @@ def run_until_settled(*, fleet: Fleet, journal: Journal, cadence: Cadence, hooks
                 if now >= next_sample:
                     store.lease_sample()
                     next_sample = now + cadence.sample
+                if now >= next_capacity:
+                    store.capacity_sample()
+                    next_capacity = now + cadence.capacity
                 if hooks.every_tick is not None:
                     hooks.every_tick(store, now)
-                if now >= next_progress:
+                # The progress poll reads all_jobs: under a lock on job_history it would wait out the fault.
+                history_free = hooks.history_locked is None or not hooks.history_locked()
+                if now >= next_progress and history_free:
                     next_progress = now + cadence.progress
                     prog = store.progress(QUEUE)
                     journal.say_every(cadence.line, now, hooks.line(prog))

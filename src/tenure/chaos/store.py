@@ -4,12 +4,14 @@ A documented exception to "only core/repository runs SQL": the harness and its t
 their own tables (effects, faults, lease samples) in the run's schema, and this module is the
 only place outside the repository that executes SQL, always named queries from a ``.sql`` file
 loaded with :func:`tenure.core.queries.parse_named_queries`. Nothing here touches tenure's own
-tables except to read them.
+tables except to read them, and to lock ``job_history`` for the ``slow_completions`` fault.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -82,6 +84,10 @@ class ChaosStore:
         """Note that an attempt stopped on LeaseLost (``self_fenced`` or ``effect_succeed_rejected``)."""
         self._rows("chaos_fence_note", {"kind": kind, "job_id": job_id, "token": token, "pid": pid})
 
+    def returned(self, *, job_id: int, token: uuid.UUID, attempt: int, pid: int) -> None:
+        """Note that this attempt's handler returned successfully (the task's last act)."""
+        self._rows("chaos_returned", {"job_id": job_id, "token": token, "attempt": attempt, "pid": pid})
+
     # -- written by the harness ---------------------------------------------------------------
     def fault_record(self, kind: str, *, pid: int | None, started: float, ended: float | None = None,
                      detail: dict[str, Any] | None = None) -> None:
@@ -90,6 +96,22 @@ class ChaosStore:
 
     def lease_sample(self) -> None:
         self._rows("chaos_lease_sample")
+
+    def capacity_sample(self) -> None:
+        """One snapshot of the running jobs each worker holds under an unexpired lease."""
+        self._rows("chaos_capacity_sample")
+
+    @contextmanager
+    def history_locked(self, *, lock_timeout: float, idle_timeout: float) -> Iterator[float]:
+        """Hold ``job_history`` (every partition with it) in ACCESS EXCLUSIVE mode for the body of
+        the ``with``, in one transaction rolled back at the end; yields the database time the lock
+        was granted. Waits at most ``lock_timeout`` seconds for it (``LockNotAvailable``); the server
+        ends the session if it sits idle holding it for ``idle_timeout`` seconds."""
+        with self.conn.transaction(force_rollback=True):
+            self._rows("chaos_history_lock_limits", {"lock_timeout": f"{max(1, int(lock_timeout * 1000))}ms",
+                                                     "idle_timeout": f"{max(1, int(idle_timeout * 1000))}ms"})
+            self._rows("chaos_history_lock")
+            yield self.db_now()
 
     def running_by_pid(self) -> dict[int, int]:
         return {int(r["pid"]): int(r["running"]) for r in self._rows("chaos_running_by_pid")}
@@ -109,6 +131,9 @@ class ChaosStore:
 
     def event_counts(self, queue: str) -> dict[str, int]:
         return {str(r["event"]): int(r["n"]) for r in self._rows("chaos_event_counts", {"queue": queue})}
+
+    def capacity_samples(self) -> list[Row]:
+        return self._rows("chaos_capacity_samples")
 
     def clock_offsets(self) -> list[Row]:
         return self._rows("chaos_clock_offsets")

@@ -16,7 +16,9 @@ harness owns the server and passes ``TENURE_CHAOS_CONTROL_DIR``). The guarded ef
 reconciled with the sink when it is in doubt (the sink answers by key, as a provider's lookup
 would). An
 attempt that stops on ``LeaseLost`` writes nothing the database could reject, so it is noted in
-``chaos_fences`` for the stale-write invariant.
+``chaos_fences`` for the stale-write invariant. An attempt whose handler returns successfully
+notes that in ``chaos_returns`` as its last act (best effort), for ``success_not_rerun``: a
+finished attempt must keep its lease until the worker has written its outcome (issue 40).
 
 The worker's database comes from ``TENURE_DATABASE_URL``/``TENURE_SCHEMA`` (set by the
 harness; the partitioned worker's URL points at the TCP proxy, so its effects are partitioned
@@ -184,6 +186,21 @@ def _reconcile(key: str) -> str | None:
     return None
 
 
+def _returned(ctx: JobContext) -> None:
+    """Note that this attempt's handler returns successfully now; retried once on a fresh
+    connection (like the markers), else left out: a missing note only weakens the check."""
+    for _ in range(2):
+        try:
+            _store().returned(job_id=ctx.job_id, token=ctx.lock_token, attempt=ctx.attempt, pid=os.getpid())
+            return
+        except psycopg.OperationalError:
+            conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+            if conn is not None:
+                conn.close()
+        except psycopg.Error:
+            return
+
+
 def _control_dir() -> str:
     return os.environ.get("TENURE_CHAOS_CONTROL_DIR", "")
 
@@ -250,6 +267,7 @@ def chaos_job(ctx: JobContext) -> None:
         _die()
     if fault == "kill_during_ack" and _fire(ctx, fault):
         _kill_on_ack.add(ctx.job_id)
+    _returned(ctx)
 
 
 app.task(TIMED_TASK, timeout=TIMED_TIMEOUT)(chaos_job)

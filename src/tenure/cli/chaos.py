@@ -39,7 +39,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         max_lease_expiries=args.max_lease_expiries, seed=args.seed, kills_per_kind=args.kills_per_kind,
         hangs=args.hangs, sigstops=args.sigstops, partitions=args.partitions, pg_restarts=args.pg_restarts,
         gap_restarts=args.gap_restarts, cancels=args.cancels, queue_pauses=args.queue_pauses, timeouts=args.timeouts,
-        skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout)
+        slow_completions=args.slow_completions, skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout)
     config.validate()
     if args.ha:
         return _cmd_chaos_ha(args, config)
@@ -122,6 +122,9 @@ def register(sub: Any) -> None:
     p.add_argument("--cancels", type=count, default=None, help="cancels of running/pending jobs")
     p.add_argument("--queue-pauses", type=count, default=None, help="pauses of the queue (then resumed)")
     p.add_argument("--timeouts", type=count, default=None, help="jobs whose first attempt overruns its timeout")
+    p.add_argument("--slow-completions", type=count, default=None,
+                   help="locks of job_history that hold every completion back as long as a SIGSTOP "
+                        "(default: scaled by --duration)")
     p.add_argument("--skew", type=duration, default=cfg.SKEW_DEFAULT,
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
     p.add_argument("--recovery-margin", type=duration, default=cfg.RECOVERY_MARGIN_DEFAULT,
