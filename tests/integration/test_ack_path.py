@@ -141,3 +141,36 @@ def test_a_finished_job_whose_completion_waits_keeps_its_lease(dsn: str, schema:
     for j in jobs:
         row = repo.get_job(j.id)
         assert row is not None and row["status"] == "completed" and row["attempt_count"] == 1
+
+
+def test_recording_a_lost_lease_does_not_wait_behind_a_lock_on_history(dsn: str, schema: str,
+                                                                        repo: Repository) -> None:
+    """The heartbeat records a lease it lost (here: a cancel) before renewing the rest; that
+    record read job_history (all_jobs), so a lock there held every other lease unrenewed."""
+    from tenure.worker.context import JobContext
+    from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
+    from tenure.worker.slots import Slots
+
+    repo.enqueue_many([JobSpec("t", {"i": i}) for i in range(2)])
+    jobs = repo.claim("w", ["default"], 2, 60)
+    slots = Slots(2)
+    lost: list[int] = []
+    slots.take_many([JobContext(job=j, worker_id="w", lease_seconds=60, _repo=lambda **_: None,
+                                _on_stale=lambda *_: None, _heartbeat_now=lambda: None) for j in jobs])
+    beat = Heartbeater(HeartbeatConfig(lease=60, interval=1), dsn=dsn, schema=schema, worker_id="w",
+                       slots=slots, metrics=None, on_lost=lambda ctx, *a, **k: lost.append(ctx.job.id))
+    repo.cancel([jobs[0].id], "test")
+    done = threading.Event()
+    with connect(dsn) as locker:
+        locker.execute("BEGIN")
+        locker.execute(f'LOCK TABLE "{schema}".job_history IN ACCESS EXCLUSIVE MODE')
+        t = threading.Thread(target=lambda: (beat.run_once(), done.set()))
+        t.start()
+        finished = done.wait(5)
+        locker.execute("ROLLBACK")
+        t.join(10)
+    beat.stop()
+    assert finished, "the heartbeat waited for the lock on job_history"
+    assert lost == [jobs[0].id]
+    events = [e["event"] for e in repo.job_events(jobs[0].id)]
+    assert "heartbeat_lost" in events

@@ -230,19 +230,20 @@ class Acker:
             ok = True
             if o.kind == "retry":
                 ok = repo.retry(self.worker_id, job.id, job.lock_token, delay=o.delay, error=o.error,
-                                error_code=o.error_code)
+                                error_code=o.error_code, queue=job.queue)
                 if ok:
                     self.metrics.retried.labels(*labels, o.error_code).inc()
             elif o.kind == "dead":
                 ok = repo.dead_letter(self.worker_id, job.id, job.lock_token, error=o.error,
-                                      error_code=o.error_code, sanitised_payload=self.redaction.payload(job.payload))
+                                      error_code=o.error_code, sanitised_payload=self.redaction.payload(job.payload),
+                                      queue=job.queue)
                 if ok:
                     self.metrics.dead_lettered.labels(*labels, o.error_code).inc()
                     log.error("dead-lettered (%s): %s", o.error_code, o.error.splitlines()[0] if o.error else "",
                               extra={**o.ctx.log_extra, "error_code": o.error_code})
             elif o.kind == "release":
                 ok = repo.release(self.worker_id, job.id, job.lock_token, delay=o.delay, event=o.event,
-                                  reason=o.reason)
+                                  reason=o.reason, queue=job.queue)
                 if ok:
                     (self.metrics.deferred if o.event == "deferred" else self.metrics.released).labels(*labels).inc()
             if not ok:

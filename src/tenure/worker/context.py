@@ -169,7 +169,8 @@ class Effect:
                     ok = repo.execution_succeed(self.key, ctx.lock_token, result_ref)
                     if not ok:
                         repo.record_stale_write(ctx.job.id, ctx.lock_token, ctx.worker_id, "effect_succeed",
-                                                f"idempotency key {self.key!r} taken over by another attempt")
+                                                f"idempotency key {self.key!r} taken over by another attempt",
+                                                queue=ctx.job.queue)
                 break
             except psycopg.OperationalError as exc:
                 if time.monotonic() + delay > give_up:
@@ -329,7 +330,7 @@ class JobContext:
         """Record that ``step``'s effect is committed; raises LeaseLost if this attempt is stale."""
         self.check_lease()
         with self._repo() as repo:
-            ok = repo.checkpoint(self.worker_id, self.job.id, self.job.lock_token, step, data)
+            ok = repo.checkpoint(self.worker_id, self.job.id, self.job.lock_token, step, data, queue=self.job.queue)
         if not ok:
             self._count_stale("checkpoint")
             self.signal_lease_lost("checkpoint rejected: token no longer current")

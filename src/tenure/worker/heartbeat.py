@@ -162,7 +162,8 @@ class Heartbeater:
         ``heartbeat_lost`` and counted (tenure_leases_lost_total is counted by on_lost, once per
         attempt)."""
         why = LOSS_REASONS.get(verdict, LOSS_REASON_DEFAULT)
-        self._repo().record_stale_write(ctx.job.id, ctx.lock_token, self.worker_id, "heartbeat", why)
+        self._repo().record_stale_write(ctx.job.id, ctx.lock_token, self.worker_id, "heartbeat", why,
+                                        queue=ctx.job.queue)
         if self.metrics:
             labels = (ctx.job.queue, ctx.job.task)
             if verdict == "cancelled":

@@ -177,42 +177,51 @@ class LeaseQueries(RepositoryBase):
                                                    "worker_id": worker_id})
         return result
 
-    def _cas(self, name: str, operation: str, params: dict[str, Any]) -> bool:
+    def _cas(self, name: str, operation: str, params: dict[str, Any], queue: str | None) -> bool:
         row = self._one(name, params)
         accepted = bool(row and row["accepted"])
         if not accepted:
-            self.record_stale_write(params["id"], params["token"], params["worker_id"], operation)
+            self.record_stale_write(params["id"], params["token"], params["worker_id"], operation, queue=queue)
         return accepted
 
     def retry(self, worker_id: str, job_id: int, token: uuid.UUID, *, delay: float,
-              error: str, error_code: str) -> bool:
+              error: str, error_code: str, queue: str | None = None) -> bool:
+        """Reschedule a failed attempt (CAS on the token). ``queue``: the job's, when the caller
+        knows it, for the record of a refusal (else it is looked up)."""
         return self._cas("job_retry", "retry", {
             "id": job_id, "token": token, "worker_id": worker_id, "delay": float(delay),
-            "error": error, "error_code": error_code})
+            "error": error, "error_code": error_code}, queue)
 
     def dead_letter(self, worker_id: str, job_id: int, token: uuid.UUID, *, error: str,
-                    error_code: str, sanitised_payload: Any = None) -> bool:
+                    error_code: str, sanitised_payload: Any = None, queue: str | None = None) -> bool:
         return self._cas("job_dead_letter", "dead_letter", {
             "id": job_id, "token": token, "worker_id": worker_id, "error": error,
             "error_code": error_code,
-            "sanitised_payload": Jsonb(sanitised_payload) if sanitised_payload is not None else None})
+            "sanitised_payload": Jsonb(sanitised_payload) if sanitised_payload is not None else None}, queue)
 
     def release(self, worker_id: str, job_id: int, token: uuid.UUID, *, delay: float = 0.0,
-                event: str = "released", reason: str = "shutdown") -> bool:
+                event: str = "released", reason: str = "shutdown", queue: str | None = None) -> bool:
         """Hand the job back without using up an attempt (drain on SIGTERM, effect deferral)."""
         return self._cas("job_release", "release", {
             "id": job_id, "token": token, "worker_id": worker_id, "delay": float(delay),
-            "event": event, "reason": reason, "channel": self.channel})
+            "event": event, "reason": reason, "channel": self.channel}, queue)
 
-    def checkpoint(self, worker_id: str, job_id: int, token: uuid.UUID, step: str, data: Any) -> bool:
+    def checkpoint(self, worker_id: str, job_id: int, token: uuid.UUID, step: str, data: Any,
+                   queue: str | None = None) -> bool:
         accepted = self._one("job_checkpoint", {"id": job_id, "token": token, "worker_id": worker_id,
                                                 "step": step, "data": Jsonb(data)}) is not None
         if not accepted:
-            self.record_stale_write(job_id, token, worker_id, "checkpoint")
+            self.record_stale_write(job_id, token, worker_id, "checkpoint", queue=queue)
         return accepted
 
     def record_stale_write(self, job_id: int, token: uuid.UUID, worker_id: str, operation: str,
-                           reason: str = "token no longer current") -> None:
+                           reason: str = "token no longer current", *, queue: str | None = None) -> None:
+        """Audit a write the token CAS refused. ``queue``: the job's queue when the caller knows
+        it (a worker always does); then the record never reads job_history, so a lock there
+        cannot hold up the heartbeat that records a lost lease. Else it is looked up."""
+        if queue is None:
+            row = self._one("job_queue_get", {"id": job_id})
+            queue = str(row["queue_name"]) if row else ""
         event = "heartbeat_lost" if operation == "heartbeat" else "stale_write_rejected"
-        self._rows("job_event_stale_write", {"id": job_id, "token": token, "worker_id": worker_id,
+        self._rows("job_event_stale_write", {"id": job_id, "token": token, "worker_id": worker_id, "queue": queue,
                                              "event": event, "reason": reason, "operation": operation})

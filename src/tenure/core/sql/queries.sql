@@ -319,9 +319,11 @@ WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker_id)s AND lock_
 RETURNING id;
 
 -- name: job_event_stale_write
--- Record a rejected stale write (heartbeat, retry, dead-letter, release, checkpoint) for the audit trail.
+-- Record a rejected stale write (heartbeat, retry, dead-letter, release, checkpoint) of a job of queue `queue` for the audit trail.
+-- It reads `jobs` only, never job_history: the heartbeat records lost leases, and must not wait
+-- behind a lock on history (issue 40: every other lease would go unrenewed meanwhile).
 INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
-SELECT %(id)s, coalesce((SELECT queue_name FROM {schema}.all_jobs WHERE id = %(id)s), ''),
+SELECT %(id)s, %(queue)s::text,
        %(event)s, %(token)s, %(worker_id)s,
        -- the stale attempt's number: from the record that ended it (a `claimed` row before
        -- issue 13), else from the row it still holds
@@ -416,6 +418,10 @@ FROM {schema}.job_events
 WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3;
+
+-- name: job_queue_get
+-- The queue of one job, wherever it lives (no row when there is no such job).
+SELECT queue_name FROM {schema}.all_jobs WHERE id = %(id)s;
 
 -- name: job_get
 -- One job by id, with the DB clock's view of its lease.
