@@ -41,7 +41,7 @@ import psycopg
 from bench import stats
 from bench.console import log
 from bench.payloads import describe
-from bench.server import processes_cpu
+from bench.server import code_env, processes_cpu
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ class Contender:
     stop_when_done: bool = False
     """Send SIGTERM once the backlog is done (for workers without a drain/burst mode)."""
     base: bool = False
-    """Run the tenure sources given by ``--base-src`` (an older checkout) instead of this one."""
+    """Run the tenure sources given by ``--before-src`` (formerly ``--base-src``; an older checkout) instead of this one."""
 
 
 def tenure_cli(*extra: str, app: str = "bench.apps:async_app", burst: bool = True) -> tuple[str, ...]:
@@ -97,11 +97,11 @@ CONTENDERS: dict[str, Contender] = {c.key: c for c in (
     Contender("tenure-base", "tenure", 2,
               (sys.executable, "-m", "tenure.cli", "--database-url", "{dsn}", "worker", "--app",
                "bench.apps:async_app", "--burst", "--concurrency", "200", "--claim-batch", "100"),
-              "as `tenure`, with the sources of --base-src (before/after in one run)", base=True),
+              "as `tenure`, with the sources of --before-src (before/after in one run)", base=True),
     Contender("tenure-oob-base", "tenure", 1,
               (sys.executable, "-m", "tenure.cli", "--database-url", "{dsn}", "worker", "--app",
                "bench.apps:sync_app", "--burst"),
-              "as `tenure-oob`, with the sources of --base-src", base=True),
+              "as `tenure-oob`, with the sources of --before-src", base=True),
     Contender("floor", "floor", 2, (), "pgbench, 2 clients, claim 100 SKIP LOCKED + complete by token"),
 )}
 BEST = ("tenure", "pgqueuer")
@@ -170,7 +170,7 @@ def prepare(server: Any, system: str, n: int, *, base_src: Path | None = None, p
     from bench.systems import bulk_insert, fill, install
     dsn: str = server.fresh_db(f"bench_cmp_{system}")
     if base_src is not None and system == "tenure":
-        env = {**os.environ, "PYTHONPATH": f"{base_src}{os.pathsep}{ROOT}"}
+        env = code_env(base_src)
         subprocess.run([sys.executable, "-c", "import sys; from bench.systems import fill, install; "
                         "install('tenure', sys.argv[1]); "
                         "fill('tenure', sys.argv[1], int(sys.argv[2]), payload_bytes=int(sys.argv[3]))",
@@ -208,7 +208,7 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0, base_s
     costs ~300 ms at 1.5M remaining jobs: 10 keeps the probe under 10 % of one core);
     ``poll_share``: and at least that share of the time elapsed since the spawn."""
     if c.base and base_src is None:
-        raise RuntimeError(f"{c.key} needs --base-src (a directory holding an older src/tenure)")
+        raise RuntimeError(f"{c.key} needs --before-src (a directory holding an older src/tenure)")
     dsn = dsn or prepare(server, c.system, n, base_src=base_src if c.base else None,
                          payload_bytes=payload_bytes)
     # The probe's count scans the whole table at a large backlog (5-15 ms per poll at 200k, as a
@@ -222,10 +222,8 @@ def run_one(server: Any, c: Contender, n: int, *, timeout: float = 300.0, base_s
     def contender_db_cpu() -> float:
         return db_cpu(server.postmaster_pid) - processes_cpu([probe_backend])
     sql = remaining_sql(c.system)
-    path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    if c.base:  # base_src is set: checked before the backlog was prepared
-        path = f"{base_src}{os.pathsep}{path}"
-    env = {**os.environ, "PYTHONPATH": path, "BENCH_DSN": dsn}
+    # base_src is set for a *-base contender: checked before the backlog was prepared
+    env = code_env(base_src if c.base else None, BENCH_DSN=dsn)
     env.pop("TENURE_DATABASE_URL", None)
     if c.system == "floor":
         from tenure.core.embedded import bin_dir
@@ -377,7 +375,7 @@ def scenario_compare(server: Any, args: Any, rep: Any) -> None:
     failures: list[str] = []
     for run, key in stats.interleave(list(keys), runs):
         try:
-            r = run_one(server, CONTENDERS[key], n, base_src=args.base_src, timeout=max(300.0, n / 50),
+            r = run_one(server, CONTENDERS[key], n, base_src=args.before_src, timeout=max(300.0, n / 50),
                         payload_bytes=args.payload_bytes)
         except RuntimeError as exc:  # one stuck or failed run must not lose the others
             failures.append(f"run {run + 1} {key}: {str(exc)[:300]}")

@@ -32,7 +32,7 @@ from bench.compare import CONTENDERS, scenario_compare
 from bench.console import log
 from bench.flow import scenario_flow
 from bench.payloads import describe
-from bench.server import DATADIR_DEFAULT, Server, processes_cpu, start_server
+from bench.server import DATADIR_DEFAULT, Server, add_before_src, processes_cpu, start_server
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
 from bench.sustained_drain import scenario_sustained
 from bench.systems import (
@@ -571,9 +571,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--contender", dest="contenders", action="append", choices=sorted(CONTENDERS),
                         help="compare: contenders to run (repeatable; default: tenure, pgqueuer, their "
                              "out-of-the-box configurations and the SQL floor)")
-    parser.add_argument("--base-src", type=Path, default=None,
-                        help="compare: a directory holding an older src/tenure for the *-base contenders "
-                             "(e.g. `git archive OLD src | tar -x -C DIR`, then DIR/src)")
+    add_before_src(parser, "compare: a directory holding an older src/tenure for the *-base contenders "
+                           "(e.g. `git archive OLD src | tar -x -C DIR`, then DIR/src)", aliases=("--base-src",))
     parser.add_argument("--sustained-jobs", type=int, default=0,
                         help="sustained: backlog drained by each system (default 1,500,000; 200,000 with --quick)")
     parser.add_argument("--flow-minutes", type=float, default=0.0,

@@ -13,7 +13,7 @@ One traced drain (``traced_drain``) serves two entry points:
 - ``python -m bench.sustained_drain [--jobs N] [--naptime S]... [--payload-bytes N]``: tenure
   alone, once per ``autovacuum_naptime`` given (default 60 s, PostgreSQL's default, and 10 s).
   Each claim steps over the index entries of rows claimed since the last vacuum
-  (``bench.dead_prefix``), so a longer drain between two vacuums slows down; vacuuming more often
+  (``bench.experiments.dead_prefix``), so a longer drain between two vacuums slows down; vacuuming more often
   costs CPU of its own. The naptime is a server setting: it is set with ``ALTER SYSTEM`` on the
   bench's own embedded server and reset afterwards.
 

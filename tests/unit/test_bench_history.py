@@ -1,4 +1,4 @@
-"""The pure parts of bench/history_migration.py: phase figures of timed calls, the move's output."""
+"""The pure parts of bench/experiments/history_migration.py: phase figures of timed calls, the move's output."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.history_migration import Call, Phase, parse_move_output, percentile, phase_stats  # noqa: E402
+from bench.experiments.history_migration import Call, Phase, parse_move_output, percentile, phase_stats  # noqa: E402
 
 
 def test_percentile_is_nearest_rank() -> None:

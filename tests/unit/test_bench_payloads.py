@@ -332,7 +332,7 @@ def test_table_headers_name_the_payload(monkeypatch: pytest.MonkeyPatch) -> None
         steady_db_cpu_per_job_us=1.0, load_average=0.0))
     for size, label in ((100, "payload 100 B"), (0, "empty payload")):
         rep = runner.Report()
-        args = argparse.Namespace(quick=True, backlog=0, contenders=["tenure"], runs=1, base_src=None,
+        args = argparse.Namespace(quick=True, backlog=0, contenders=["tenure"], runs=1, before_src=None,
                                   payload_bytes=size)
         compare.scenario_compare(None, args, rep)
         assert label in rep.sections[-1].splitlines()[1]

@@ -32,7 +32,7 @@ CREATE OR REPLACE VIEW all_jobs AS
     SELECT * FROM job_history;
 
 -- A completion now deletes its row from jobs: the cascade of sqs_receipts' foreign key would cost
--- every completion a trigger (8 µs per job measured, bench/ui_index_cost.py --variant). The
+-- every completion a trigger (8 µs per job measured, bench/experiments/ui_index_cost.py --variant). The
 -- statements that delete jobs delete their receipts themselves.
 ALTER TABLE sqs_receipts DROP CONSTRAINT IF EXISTS sqs_receipts_job_id_fkey;
 

@@ -1,5 +1,5 @@
--- Named statements of bench/history_migration.py (same format as src/tenure/core/sql/queries.sql).
--- `{schema}` is replaced by the quoted schema name. The seed itself is bench/ui_scale.sql's.
+-- Named statements of bench/experiments/history_migration.py (same format as src/tenure/core/sql/queries.sql).
+-- `{schema}` is replaced by the quoted schema name. The seed itself is bench/experiments/ui_scale.sql's.
 
 -- name: schema_version
 -- The schema's migration version (0: none).
@@ -54,6 +54,6 @@ SELECT count(*)::int AS n FROM pg_inherits WHERE inhparent = '{schema}.job_histo
 SELECT pg_database_size(current_database())::bigint AS bytes;
 
 -- name: seed_done
--- Whether a finished seed of `total` jobs is in the schema (bench/ui_seed.py's record), and its schema version.
+-- Whether a finished seed of `total` jobs is in the schema (bench/experiments/ui_seed.py's record), and its schema version.
 SELECT (SELECT done AND total = %(total)s::bigint FROM {schema}.bench_ui_seed) AS done,
        (SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations)::int AS version;

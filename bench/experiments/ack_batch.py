@@ -1,12 +1,14 @@
 """What one completion statement costs per job as its batch grows (issue 40, ACK_BATCH_MAX_DEFAULT).
 
-``python -m bench.ack_batch [--jobs N] [--sizes 10,100,...] [--reps R]``: a fresh database with ``N``
+``python -m bench.experiments.ack_batch [--jobs N] [--sizes 10,100,...] [--reps R] [--before-src DIR]``:
+a fresh database with ``N``
 ready jobs, each with a distinct payload of about 100 bytes (analyzed, as a worker does at start),
 then, per batch size, ``R`` rounds of one claim and one ``Repository.complete_many`` of the whole
 claim, timed from the client. Prints the median microseconds per job and the statement's
-milliseconds. Run it with ``PYTHONPATH=<older src>`` to time an older ``job_complete_many``
-(the figures in docs/performance.md, "Acknowledgements", compare the array_position statement
-before issue 40 with the join after it). Timings are one machine's numbers.
+milliseconds. ``--before-src DIR`` times the tenure in ``DIR`` instead (an older
+``job_complete_many``; the same as ``PYTHONPATH=DIR``). The figures compare the array_position
+statement before issue 40 with the join after it; docs/architecture.md cites them as
+docs/performance.md, "Acknowledgements". Timings are one machine's numbers.
 """
 
 from __future__ import annotations
@@ -32,15 +34,19 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.server import DATADIR_DEFAULT, start_server
+    from bench.server import DATADIR_DEFAULT, add_before_src, rerun_before, start_server
     from tenure.core.repository import Repository
-    parser = argparse.ArgumentParser(prog="python -m bench.ack_batch")
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.ack_batch", description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000, help="ready jobs in the table (default 1,000,000)")
     parser.add_argument("--sizes", type=_sizes, default=SIZES_DEFAULT, help="batch sizes, comma-separated")
     parser.add_argument("--reps", type=int, default=7, help="rounds per batch size (default 7)")
+    add_before_src(parser, "time the tenure sources in DIR instead of this checkout's")
     args = parser.parse_args(argv)
     if args.jobs < sum(args.sizes) * args.reps:
         parser.error(f"--jobs must cover every round: at least {sum(args.sizes) * args.reps}")
+    code = rerun_before(args.before_src, "bench.experiments.ack_batch", argv)
+    if code is not None:
+        return code
     server = start_server(DATADIR_DEFAULT)
     dsn = server.fresh_db("bench_ack_batch")
     with psycopg.connect(dsn, autocommit=True) as conn:

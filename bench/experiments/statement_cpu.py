@@ -1,12 +1,13 @@
 """Backend CPU per job of the claim and completion statements, and of variants of them.
 
-``python -m bench.statement_cpu [VARIANTS.sql] [--rounds N]``: a fresh database with 120k ready
+``python -m bench.experiments.statement_cpu [VARIANTS.sql] [--rounds N]``: a fresh database with 120k ready
 jobs, 400 of them held (two workers at concurrency 200), then N rounds that claim 100 and
 complete 100 with every statement named ``*claim*`` / ``*complete*`` in VARIANTS.sql (same
 format as queries.sql; ``setup_*`` statements run once first) next to tenure's own. The figure is
 the backend process's own CPU time (psutil on ``pg_backend_pid()``, 10 ms ticks, hence summed
 over all rounds) divided by the jobs: independent of client-side noise, not of other load.
-Variants used for docs/performance.md are in bench/variants/.
+The variants used for docs/performance.md are in bench/experiments/variants/; the figures are in
+its "After job control (issue 14)", "Changes over time" and "2026-12-01, afternoon" sections.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from tenure.core.queries import named_queries, parse_named_queries
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.runner import DATADIR_DEFAULT, start_server
+    from bench.server import DATADIR_DEFAULT, start_server
     from bench.systems import fill, install
-    parser = argparse.ArgumentParser(prog="python -m bench.statement_cpu")
-    parser.add_argument("variants", nargs="?", type=Path)
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.statement_cpu",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="?", type=Path,
+                        help="statements to measure next to tenure's "
+                             "(e.g. bench/experiments/variants/complete_any.sql)")
     parser.add_argument("--rounds", type=int, default=80)
     args = parser.parse_args(argv)
     server = start_server(DATADIR_DEFAULT)

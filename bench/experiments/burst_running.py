@@ -1,13 +1,15 @@
 """A burst that meets workers already running: does the claim slow down until autovacuum analyzes?
 
-``python -m bench.burst_running [--jobs N] [--runs R]``: a fresh database with tenure's schema and
+``python -m bench.experiments.burst_running [--jobs N] [--runs R]``: a fresh database with tenure's schema and
 no jobs, then 2 ``tenure worker --concurrency 200 --claim-batch 100`` processes (not burst mode)
 that start on the empty queue and wait. Then one ``enqueue_many`` statement adds ``N`` no-op jobs
 (no analyze after it), and the drain is timed from the end of that statement until no job is
 left unfinished. A starting worker refreshes stale statistics itself
 (``Repository.refresh_stale_claim_statistics``); this measures the other case, workers whose claim
 was planned while the table was empty. Prints the drain rate and whether anything analyzed the
-table during the run. Timings are one machine's numbers (the machine may be shared and noisy).
+table during the run. The figures: docs/performance.md, "2026-12-01, afternoon: the worker's CPU
+per job, a fairer probe, and the budget". Timings are one machine's numbers (the machine may be
+shared and noisy).
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ def one_run(server: object, jobs: int) -> tuple[float, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.runner import DATADIR_DEFAULT, start_server
-    parser = argparse.ArgumentParser(prog="python -m bench.burst_running")
+    from bench.server import DATADIR_DEFAULT, start_server
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.burst_running",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args(argv)

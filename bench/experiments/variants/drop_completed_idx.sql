@@ -1,4 +1,4 @@
--- Statement-CPU variant (python -m bench.statement_cpu bench/variants/drop_completed_idx.sql):
+-- Statement-CPU variant (python -m bench.experiments.statement_cpu bench/experiments/variants/drop_completed_idx.sql):
 -- tenure's own claim and completion without jobs_completed_idx, i.e. with one index entry fewer
 -- per completed row. Measures what that index costs the completion.
 

@@ -1,11 +1,11 @@
-"""Migration 0009 on an existing installation, under load: ``python -m bench.history_migration --jobs 5000000``.
+"""Migration 0009 on an existing installation, under load: ``python -m bench.experiments.history_migration --jobs 5000000``.
 
 Issue 23 asks for an online migration: an installation with millions of finished jobs moves to
 ``job_history`` without a long lock, in batches. This bench measures that from outside:
 
 1. **A pre-0009 installation.** The code before 0009 (``git archive main src`` into
-   ``--before-src``, default /tmp/before-0009) seeds ``--jobs`` jobs with bench/ui_seed.py's
-   seeder (bench/ui_scale.sql ``seed_jobs``: 91% completed, 3% failed, 2% cancelled, ~4%
+   ``--before-src``, default /tmp/before-0009) seeds ``--jobs`` jobs with bench/experiments/ui_seed.py's
+   seeder (bench/experiments/ui_scale.sql ``seed_jobs``: 91% completed, 3% failed, 2% cancelled, ~4%
    pending, 300 running, 20% idempotency keys, one audit trail in five), so the schema is at
    version 8 and every completed job sits in ``jobs``. The seed is a database of the bench's
    embedded server (``tenure_history_seed_<N>``), made once and reused (``--reseed`` redoes it);
@@ -29,6 +29,8 @@ Issue 23 asks for an online migration: an installation with millions of finished
 Limits: one shared 2-core machine (other sessions' load shows in the figures); the seed's rows
 were inserted in their final state (a perfectly id-ordered heap, no dead tuples); no reaper
 runs (a reaper moves one batch per cycle as well); the workload's handlers do nothing.
+
+The figures: docs/performance.md, "Moving an existing installation (0009)".
 """
 
 from __future__ import annotations
@@ -48,10 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.console import log
+from bench.server import ROOT, add_before_src, code_env
 
-ROOT = Path(__file__).resolve().parent.parent
 NEW_SRC = ROOT / "src"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = ROOT / "bench" / "results"
 BEFORE_SRC_DEFAULT = Path("/tmp/before-0009")
 SCHEMA = "tenure"
 QUEUE = "history-bench"
@@ -143,16 +145,16 @@ def queries(schema: str = SCHEMA) -> dict[str, str]:
     return {name: sql.replace("{schema}", quoted) for name, (_, sql) in parse_named_queries(text).items()}
 
 
-def code_env(src: Path) -> dict[str, str]:
+def src_env(src: Path) -> dict[str, str]:
     """The environment of a subprocess running the tenure in ``src`` (and this checkout's bench)."""
-    return {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "TENURE_LOG_LEVEL": "WARNING"}
+    return code_env(src, TENURE_LOG_LEVEL="WARNING")
 
 
 def tenure_cli(src: Path, dsn: str, *argv: str) -> tuple[float, subprocess.CompletedProcess[str]]:
     """Run ``tenure ARGV`` of the code in ``src``; its wall time and result (raises on failure)."""
     cmd = [sys.executable, "-m", "tenure.cli", "--database-url", dsn, "--schema", SCHEMA, *argv]
     t0 = time.monotonic()
-    res = subprocess.run(cmd, cwd=ROOT, env=code_env(src), capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=ROOT, env=src_env(src), capture_output=True, text=True)
     wall = time.monotonic() - t0
     if res.returncode != 0:
         raise RuntimeError(f"tenure {' '.join(argv)} failed ({res.returncode}): {res.stderr[-1500:]}")
@@ -243,9 +245,9 @@ class Workload:
         self.procs = []
         for out in self.outs:
             role = "produce" if "produce" in out.name else "work"
-            cmd = [sys.executable, "-m", "bench.history_migration", "workload", role, "--dsn", dsn,
+            cmd = [sys.executable, "-m", "bench.experiments.history_migration", "workload", role, "--dsn", dsn,
                    "--out", str(out), "--tag", tag, "--rate", str(rate)]
-            self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=code_env(src), stdout=subprocess.PIPE,
+            self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=src_env(src), stdout=subprocess.PIPE,
                                                stderr=subprocess.PIPE, text=True))
         for p in self.procs:
             assert p.stdout is not None
@@ -282,8 +284,8 @@ class Workload:
 
 # -- the seed ---------------------------------------------------------------------------------
 def seed_main(args: argparse.Namespace) -> int:
-    """``seed``: bench/ui_seed.py's seed with the tenure on PYTHONPATH (the code before 0009)."""
-    from bench.ui_seed import seed
+    """``seed``: bench/experiments/ui_seed.py's seed with the tenure on PYTHONPATH (the code before 0009)."""
+    from bench.experiments.ui_seed import seed
     result = seed(args.dsn, SCHEMA, args.jobs, reuse=not args.reseed)
     print(json.dumps({"seeded_now": result.seeded_now, "seconds": result.seconds, "counts": result.counts}))
     return 0
@@ -293,7 +295,7 @@ def seed_database(server: Any, before: Path, jobs: int, reseed: bool) -> str:
     """The name of a database holding a finished pre-0009 seed of ``jobs`` jobs (made if needed)."""
     import psycopg
 
-    from bench.ui_seed import ensure_database
+    from bench.experiments.ui_seed import ensure_database
     name = f"tenure_history_seed_{jobs}"
     dsn = ensure_database(server.admin_dsn, name)
     done, version = False, 0
@@ -307,10 +309,10 @@ def seed_database(server: Any, before: Path, jobs: int, reseed: bool) -> str:
         log(f"reusing the pre-0009 seed of {jobs:,} jobs in database {name}")
         return name
     log(f"seeding {jobs:,} jobs into database {name} with the code before 0009 ({before})")
-    cmd = [sys.executable, "-m", "bench.history_migration", "seed", "--dsn", dsn, "--jobs", str(jobs),
+    cmd = [sys.executable, "-m", "bench.experiments.history_migration", "seed", "--dsn", dsn, "--jobs", str(jobs),
            *(["--reseed"] if reseed or (done and version != 8) else [])]
     t0 = time.monotonic()
-    subprocess.run(cmd, cwd=ROOT, env=code_env(before), check=True, stdout=sys.stderr)
+    subprocess.run(cmd, cwd=ROOT, env=src_env(before), check=True, stdout=sys.stderr)
     log(f"seeded in {time.monotonic() - t0:.0f} s")
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(queries()["seed_done"], {"total": jobs}).fetchone()
@@ -356,7 +358,7 @@ def explain_batch(dsn: str, batch: int) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import psycopg
 
-    from bench.runner import DATADIR_DEFAULT, start_server
+    from bench.server import DATADIR_DEFAULT, start_server
     before = before_source(args.before_src)
     server = start_server(args.datadir or DATADIR_DEFAULT)
     seed_name = seed_database(server, before, args.jobs, args.reseed)
@@ -504,7 +506,8 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.history_migration", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.history_migration",
+                                     description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
     wl = sub.add_parser("workload", help="(internal) one workload process")
     wl.add_argument("role", choices=["produce", "work"])
@@ -517,16 +520,14 @@ def main(argv: list[str] | None = None) -> int:
     sd.add_argument("--jobs", type=int, required=True)
     sd.add_argument("--reseed", action="store_true")
     parser.add_argument("--jobs", type=int, default=5_000_000)
-    parser.add_argument("--before-src", type=Path, default=None,
-                        help=f"the code before 0009: a directory holding src/tenure (default: main's, "
-                             f"extracted into {BEFORE_SRC_DEFAULT})")
+    add_before_src(parser, f"the tenure sources before 0009 (default: main's, extracted into {BEFORE_SRC_DEFAULT})")
     parser.add_argument("--reseed", action="store_true", help="redo the seed even if a finished one exists")
     parser.add_argument("--rate", type=float, default=50.0, help="workload enqueues per second (default 50)")
     parser.add_argument("--window", type=float, default=20.0, help="seconds of each before/after phase (default 20)")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds after a workload starts (default 3)")
     parser.add_argument("--batch", type=int, default=10_000, help="tenure history move --batch (default 10000)")
     parser.add_argument("--datadir", type=Path, default=None,
-                        help="the embedded server's data directory (default: the bench's, bench/runner.py)")
+                        help="the embedded server's data directory (default: the bench's, bench/server.py)")
     args = parser.parse_args(argv)
     if args.command == "workload":
         return workload_main(args)

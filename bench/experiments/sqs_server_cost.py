@@ -3,11 +3,12 @@ costs almost nothing (one raw keep-alive socket, requests built once), so the fi
 server's alone. ``--before-src SRC`` runs a second server from another copy of the package
 source (``git archive REV src | tar -x -C /tmp/before``), measured alternately in the same run.
 
-    .venv/bin/python -m bench.sqs_server_cost --requests 2000 --runs 3 --before-src /tmp/before/src
+    .venv/bin/python -m bench.experiments.sqs_server_cost --requests 2000 --runs 3 --before-src /tmp/before/src
 
 Two requests: an empty-queue ReceiveMessage(10) (HTTP, parsing, the thread hop and one pipelined
 database round trip: expiry, claim, first receives) and an unknown action (HTTP and the error
-reply only, no database). One machine's numbers (shared and noisy), never assertions.
+reply only, no database). The figures: docs/sqs.md, "Where the CPU goes, and why 0.5 is out of
+reach beside boto3 on 2 cores". One machine's numbers (shared and noisy), never assertions.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import argparse
 import json
 import socket
 import statistics
-from pathlib import Path
 
 import psutil
 
-from bench.server import processes_cpu
-from bench.sqs_roundtrip import start_servers
+from bench.experiments.sqs_roundtrip import start_servers
+from bench.server import add_before_src, processes_cpu
 from tenure.core.db import connect
 
 REQUESTS = {
@@ -47,10 +47,11 @@ def _calls(port: int, action: str, body: dict[str, object], count: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.experiments.sqs_server_cost", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=2000, help="requests per measurement")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--before-src", type=Path, default=None)
+    add_before_src(ap, "also a second `tenure sqs` from these tenure sources, measured alternately")
     args = ap.parse_args()
     dsn, schema, _, procs, urls = start_servers("bench_sqs_cost", args.before_src)
     servers = {kind: (proc, int(urls[kind].rsplit(":", 1)[1])) for kind, proc in procs.items()}

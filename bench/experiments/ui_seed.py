@@ -1,7 +1,7 @@
 """The job browser bench's database: millions of mostly finished jobs, seeded once and reused.
 
 ``seed(dsn, schema, total)`` migrates the schema, then inserts jobs 1..total in batches with
-``INSERT … SELECT generate_series`` (bench/ui_scale.sql ``seed_jobs``; every row a pure function
+``INSERT … SELECT generate_series`` (bench/experiments/ui_scale.sql ``seed_jobs``; every row a pure function
 of its number), with the secondary indexes dropped during the load and rebuilt after it, then
 one audit trail in five (``seed_events``) and ``VACUUM (ANALYZE)``. The schema's
 ``bench_ui_seed`` row records a finished seed, which later runs reuse as is (later migrations,
@@ -10,6 +10,9 @@ e.g. a new index, are applied to it by ``migrate``); an unfinished one is droppe
 Limits: rows are inserted in their final state, so the heap is perfectly ordered by id and
 ``created_at`` (a live system's updates move row versions; BRIN ranges get wider over time), and
 there are no dead tuples.
+
+Used by the experiments ui_scale, ui_index_cost (``ui_queries``) and history_migration; the data
+is described in docs/performance.md, "The job browser at 5M jobs (issue 24)".
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from tenure.core.repository import Repository
 BATCH_DEFAULT = 250_000
 RUNNING_DEFAULT = 300
 BACKLOG_FRACTION = 0.002
-"""The newest 0.2% of the jobs are the ready backlog (bench/ui_scale.sql ``seed_jobs``)."""
+"""The newest 0.2% of the jobs are the ready backlog (bench/experiments/ui_scale.sql ``seed_jobs``)."""
 DATABASE_DEFAULT = "tenure_ui_scale"
 
 

@@ -1,4 +1,4 @@
--- Variants for `python -m bench.statement_cpu bench/variants/after_jobs14.sql`: the claim and
+-- Variants for `python -m bench.experiments.statement_cpu bench/experiments/variants/after_jobs14.sql`: the claim and
 -- completion statements as merged with issue 14 (4f70a0d), before the issue-13 follow-up: the
 -- claim with window-function lanes (run here without its gate statement) and the completion
 -- that joins the batch's unnest (a nested loop over the batch per row under a generic plan); and the

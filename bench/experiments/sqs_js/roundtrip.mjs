@@ -1,4 +1,4 @@
-// One client process of bench/sqs_roundtrip.py --sdk js: the same round trips as its boto3 client
+// One client process of bench/experiments/sqs_roundtrip.py --sdk js: the same round trips as its boto3 client
 // (SendMessageBatch of 10, ReceiveMessage of 10, DeleteMessageBatch) with the AWS SDK for JavaScript v3.
 // Usage: node roundtrip.mjs ENDPOINT QUEUE ROUNDS GO_FILE (ROUNDS 0: until GO_FILE.stop exists).
 // Waits for GO_FILE, then prints one JSON line: {"done": messages deleted, "cpu": CPU seconds since GO_FILE},

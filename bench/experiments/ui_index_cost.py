@@ -1,12 +1,12 @@
 """What the job browser's indexes (migration 0008) cost enqueue, claim and completion.
 
-``python -m bench.ui_index_cost [--reps 3] [--rounds 200]``: for each variant, a fresh database
+``python -m bench.experiments.ui_index_cost [--reps 3] [--rounds 200]``: for each variant, a fresh database
 (the bench runner's embedded server) with this checkout's schema, ``--backlog`` ready jobs with
 the job browser seed's payloads (``{"invoice_id": N, "customer": "cust-K"}``), some of 0008's
 indexes dropped, then ``--rounds`` rounds of: enqueue 100 (``job_enqueue_many``), claim 100
 (``job_claim``), complete 100 claimed earlier (``job_complete_many``), on one connection with
 prepared statements, like a worker. The figure is that backend's own CPU time per job (psutil,
-10 ms ticks, summed over the rounds), as in bench/statement_cpu.py. Variants: ``before`` (none of
+10 ms ticks, summed over the rounds), as in bench/experiments/statement_cpu.py. Variants: ``before`` (none of
 0008's indexes), ``after`` (all of them) and ``without X`` (all but X), interleaved, ``--reps``
 times each; the table shows medians and the ratio to ``before``.
 
@@ -15,7 +15,9 @@ statements (``{schema}`` is the quoted schema) on the fresh database before the 
 ``before`` (the schema as it is, nothing run), e.g.
 ``--variant "no receipts FK=ALTER TABLE {schema}.sqs_receipts DROP CONSTRAINT sqs_receipts_job_id_fkey"``.
 
-One shared machine's figures (other sessions' load moves them; compare within a run only).
+The figures: docs/performance.md, "What the indexes cost" (the job browser at 5M jobs) and
+"Finished jobs leave the hot table (issue 23, migration 0009)" (``--variant``). One shared
+machine's figures (other sessions' load moves them; compare within a run only).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from psycopg.rows import dict_row
 
 from bench import stats
 from bench.console import log
-from bench.ui_seed import ui_queries
+from bench.experiments.ui_seed import ui_queries
+from bench.server import ROOT
 from tenure.core.queries import named_queries, notify_channel
 
-MIGRATION = Path(__file__).resolve().parent.parent / "src" / "tenure" / "core" / "sql" / "migrations" / "0008_ui_indexes.sql"
+MIGRATION = ROOT / "src" / "tenure" / "core" / "sql" / "migrations" / "0008_ui_indexes.sql"
 STATEMENTS = ("job_enqueue_many", "job_claim", "job_complete_many")
 
 
@@ -123,8 +126,8 @@ def measure(dsn: str, rounds: int, start: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.runner import DATADIR_DEFAULT, start_server
-    p = argparse.ArgumentParser(prog="python -m bench.ui_index_cost", description=__doc__.splitlines()[0])
+    from bench.server import DATADIR_DEFAULT, start_server
+    p = argparse.ArgumentParser(prog="python -m bench.experiments.ui_index_cost", description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--backlog", type=int, default=60_000)

@@ -3,14 +3,17 @@ actions run in process on a one-connection pool, libpq's trace of that connectio
 messages that make the client wait (a Sync, a simple Query), and the named queries each
 action executes are listed.
 
-    .venv/bin/python -m bench.sqs_statements
+    .venv/bin/python -m bench.experiments.sqs_statements
 
-Steady state: the queue's row is cached (``QUEUE_CACHE_SECONDS``), so the ``sqs_queue_get``
-of the first request in each second is not counted. Counts, not timings: deterministic.
+Uses the database of ``TENURE_DATABASE_URL`` (else tenure's embedded server) in a fresh schema,
+dropped afterwards. Steady state: the queue's row is cached (``QUEUE_CACHE_SECONDS``), so the
+``sqs_queue_get`` of the first request in each second is not counted. Counts, not timings:
+deterministic. The figures: docs/sqs.md, "Performance" (round trips per action).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import uuid
@@ -55,6 +58,8 @@ def _round_trips(trace: Path, start: int) -> tuple[int, int]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(prog="python -m bench.experiments.sqs_statements", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     dsn, schema = resolve_dsn(None), f"bench_sqs_st_{uuid.uuid4().hex[:8]}"
     with connect(dsn) as conn:
         Repository(conn, schema).migrate()

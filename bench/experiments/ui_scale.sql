@@ -1,4 +1,4 @@
--- Named statements of bench/ui_scale.py (same format as src/tenure/core/sql/queries.sql).
+-- Named statements of bench/experiments/ui_scale.py and ui_seed.py (same format as src/tenure/core/sql/queries.sql).
 -- `{schema}` is replaced by the quoted schema name. Every row is a pure function of its
 -- number g in 1..total (hashes, no random()), so a reseed gives the same jobs.
 
@@ -139,7 +139,7 @@ UNION ALL
 SELECT idempotency_key FROM {schema}.jobs WHERE idempotency_key IS NOT NULL AND id > %(total)s / 7 ORDER BY id LIMIT 1;
 
 -- name: cost_fill
--- A backlog of `n` ready jobs with the seed's payload shape, for bench/ui_index_cost.py.
+-- A backlog of `n` ready jobs with the seed's payload shape, for bench/experiments/ui_index_cost.py.
 INSERT INTO {schema}.jobs (queue_name, task, payload)
 SELECT 'default', 'invoice.render', jsonb_build_object('invoice_id', g, 'customer', 'cust-' || (g %% 1000))
 FROM generate_series(1, %(n)s) AS g;

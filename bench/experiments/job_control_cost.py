@@ -11,9 +11,10 @@
    max_running of 100000, so every claim takes the gate lock), with the ratio to ``plain``.
 
     git archive main src | tar -x -C /tmp/before
-    .venv/bin/python -m bench.job_control_cost --before-src /tmp/before/src --runs 3
+    .venv/bin/python -m bench.experiments.job_control_cost --before-src /tmp/before/src --runs 3
 
-One machine's numbers (shared and noisy), never assertions.
+The figures: docs/performance.md, "Job control on the claim path (issue 14)". One machine's
+numbers (shared and noisy), never assertions.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from typing import Any
 
 import psycopg
 
-from bench.runner import DATADIR_DEFAULT, drain_run, log, start_server
+from bench.console import log
+from bench.runner import drain_run
+from bench.server import DATADIR_DEFAULT, add_before_src, code_env, start_server
 from bench.sqlfile import bench_queries
 from bench.systems import WorkerPlan, parse_plan
 from tenure.core.queries import named_queries
@@ -38,17 +41,10 @@ _INSTALL = ("import sys; from tenure.core.db import connect; from tenure.core.re
             "c = connect(sys.argv[1]); Repository(c, 'tenure').migrate(); c.close()")
 
 
-def _env(before_src: Path | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if before_src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(before_src), env.get("PYTHONPATH", "")])
-    return env
-
-
 def prepare(server: Any, variant: str, backlog: int, before_src: Path | None) -> str:
     dsn = server.fresh_db(f"bench_jc_{variant}")
     subprocess.run([sys.executable, "-c", _INSTALL, dsn], check=True,
-                   env=_env(before_src if variant == "before" else None))
+                   env=code_env(before_src if variant == "before" else None))
     q = bench_queries("tenure")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(q["tenure_fill_pending"], {"n": backlog})
@@ -83,12 +79,13 @@ def explain(server: Any, rows: int) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m bench.experiments.job_control_cost", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backlog", type=int, default=50_000)
     p.add_argument("--explain-rows", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--plan", type=parse_plan, default=WorkerPlan(2, 200, 100, "async"))
-    p.add_argument("--before-src", type=Path, default=None, help="src/ of the code to compare against")
+    add_before_src(p, "the tenure sources to compare against (the 'before' variant; skipped without it)")
     p.add_argument("--max-seconds", type=float, default=30.0)
     p.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
     p.add_argument("--skip-explain", action="store_true")
@@ -103,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     for run in range(args.runs):
         for variant in variants:
             dsn = prepare(server, variant, args.backlog, args.before_src)
-            if variant == "before":
-                os.environ.update(_env(args.before_src))
+            if variant == "before":  # drain_run's workers inherit this environment's PYTHONPATH
+                os.environ["PYTHONPATH"] = code_env(args.before_src)["PYTHONPATH"]
             try:
                 r = drain_run(server, "tenure", args.plan, backlog=args.backlog, max_seconds=args.max_seconds,
                               label=f"[{variant} {run + 1}/{args.runs}] ", dsn=dsn)

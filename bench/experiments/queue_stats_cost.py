@@ -6,10 +6,11 @@ audit event per job, VACUUM ANALYZEs it, prints ``EXPLAIN (ANALYZE, BUFFERS)`` o
 named query, and times it (median of ``--repeat`` runs, warm cache). It also times the
 completed-count and reaped-count parts alone, since they are the parts that grow with history.
 
-    .venv/bin/python bench/queue_stats_cost.py            # 1,000,000 rows, median of 5
-    .venv/bin/python bench/queue_stats_cost.py --rows 200000 --keep
+    .venv/bin/python -m bench.experiments.queue_stats_cost            # 1,000,000 rows, median of 5
+    .venv/bin/python -m bench.experiments.queue_stats_cost --rows 200000 --keep
 
-Timings are one machine's numbers, not assertions (the machine may be shared and noisy).
+The figures: docs/observability.md, "Cost at 1M rows". Timings are one machine's numbers, not
+assertions (the machine may be shared and noisy).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def fmt(ms: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.queue_stats_cost",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=5)

@@ -1,12 +1,13 @@
 """The job browser at scale: ``tenure ui``'s JSON API timed from outside over millions of jobs.
 
-``python -m bench.ui_scale [--jobs 5000000] [--requests 30] [--explain]``:
+``python -m bench.experiments.ui_scale [--jobs 5000000] [--requests 30] [--explain] [--before-src DIR]``:
 
-1. seeds (or reuses) a database of ``--jobs`` mostly finished jobs (bench/ui_seed.py; the
+1. seeds (or reuses) a database of ``--jobs`` mostly finished jobs (bench/experiments/ui_seed.py; the
    embedded server's data directory is kept under ~/.cache/tenure-bench/ui-scale, so the seed
    is made once; ``--reseed`` redoes it);
 2. starts a real ``tenure ui --bind 127.0.0.1:0`` process of the tenure it imports (this
-   checkout's ``src`` first on ``PYTHONPATH``; an older checkout's for a "before") against it;
+   checkout's ``src`` first on ``PYTHONPATH``; an older checkout's for a "before": ``--before-src``,
+   best with its own ``--schema``) against it;
 3. for every single filter of ``GET /api/v1/jobs`` (queue, each status, task, priority range,
    created/finished since, idempotency key, id, payload containment present and absent) sends
    one warm-up request and then ``--requests`` timed ones over one keep-alive HTTP connection,
@@ -20,7 +21,8 @@
 
 Timings include HTTP, JSON and the UI's own work; they are one shared machine's figures
 (2 cores, other sessions running), never assertions. Targets (issue 24): first page p95 < 300 ms
-for any single filter, job detail < 100 ms.
+for any single filter, job detail < 100 ms. The figures: docs/performance.md, "The job browser at
+5M jobs (issue 24)".
 """
 
 from __future__ import annotations
@@ -42,14 +44,14 @@ from typing import Any
 import tenure
 from bench import stats
 from bench.console import log
-from bench.ui_seed import DATABASE_DEFAULT, ensure_database, seed, ui_queries
+from bench.experiments.ui_seed import DATABASE_DEFAULT, ensure_database, seed, ui_queries
+from bench.server import ROOT, add_before_src, code_env, rerun_before
 from tenure.core.queries import named_queries, quote_ident
 
-ROOT = Path(__file__).resolve().parent.parent
 TENURE_SRC = Path(tenure.__file__).resolve().parent.parent
-"""The tenure this bench imported (``PYTHONPATH=OLD/src`` benches an older checkout): its
-migrations make the schema and its ``tenure ui`` serves the requests."""
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+"""The tenure this bench imported (``--before-src OLD/src``, or ``PYTHONPATH=OLD/src``, benches an
+older checkout): its migrations make the schema and its ``tenure ui`` serves the requests."""
+RESULTS_DIR = ROOT / "bench" / "results"
 HOME_DEFAULT = Path(os.environ.get("TENURE_BENCH_HOME", Path.home() / ".cache" / "tenure-bench")) / "ui-scale"
 FEED_QUERIES = ("job_newest_id", "job_events_since", "job_events_last_id")
 """The change feed's statements (its own thread, not a request's), left out of the plans."""
@@ -119,8 +121,7 @@ class UiProcess:
     LISTENING = re.compile(r"ui listening on (http://\S+?)/?\s*$")
 
     def __init__(self, dsn: str, schema: str, extra_env: dict[str, str] | None = None) -> None:
-        env = {**os.environ, **(extra_env or {}),
-               "PYTHONPATH": os.pathsep.join([str(TENURE_SRC), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = code_env(TENURE_SRC, base={**os.environ, **(extra_env or {})})
         cmd = [sys.executable, "-m", "tenure.cli", "--database-url", dsn, "--schema", schema,
                "ui", "--bind", "127.0.0.1:0"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -309,7 +310,7 @@ def page_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.ui_scale", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.experiments.ui_scale", description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=5_000_000, help="jobs in the seeded database (default 5,000,000)")
     p.add_argument("--requests", type=int, default=30, help="timed requests per case (default 30)")
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
@@ -320,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--database-url", default=None, help="a server to use instead of the embedded one")
     p.add_argument("--schema", default="tenure")
     p.add_argument("--output", type=Path, default=None)
+    add_before_src(p, "serve the requests with (and migrate the schema by) the tenure sources in DIR")
     args = p.parse_args(argv)
+    code = rerun_before(args.before_src, "bench.experiments.ui_scale", argv)
+    if code is not None:
+        return code
 
     server_log: Path | None = None
     if args.database_url:

@@ -1,11 +1,12 @@
 """What a claim costs as the rows claimed before it pile up as dead index entries ahead of it.
 
-``python -m bench.dead_prefix [--jobs N] [--every K]``: a fresh database with ``N`` ready no-op
+``python -m bench.experiments.dead_prefix [--jobs N] [--every K]``: a fresh database with ``N`` ready no-op
 jobs (filled through ``enqueue_many``, then analyzed), drained by one client that claims and
 completes 100 at a time with tenure's own statements. Every ``K`` jobs it prints
 ``EXPLAIN (ANALYZE, BUFFERS)`` figures of one claim (rolled back): buffers touched and execution
 time. No vacuum runs in between unless autovacuum does, so the buffers show the index entries of
-claimed rows that each claim steps over. Timings are one machine's numbers.
+claimed rows that each claim steps over. The figures: docs/performance.md, "What would move it
+further" (item 1). Timings are one machine's numbers.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ CLAIM_PARAMS = {"queues": ["default"], "limit": 100, "lease": 30.0, "worker_id":
 
 def main(argv: list[str] | None = None) -> int:
     from bench.compare import prepare
-    from bench.runner import DATADIR_DEFAULT, start_server
-    parser = argparse.ArgumentParser(prog="python -m bench.dead_prefix")
+    from bench.server import DATADIR_DEFAULT, start_server
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.dead_prefix",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=600_000)
     parser.add_argument("--every", type=int, default=100_000)
     args = parser.parse_args(argv)

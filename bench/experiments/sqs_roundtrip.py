@@ -8,7 +8,7 @@
    Each run also gives where the CPU went, in µs per job: the client processes (their own
    count from the go file on), the `tenure sqs` process and PostgreSQL's processes, over the
    same window. ``--sdk js`` (repeatable with ``--sdk boto3``) runs the SQS clients with the
-   AWS SDK for JavaScript v3 instead (``bench/sqs_js``, npm-installed on first use): on 2
+   AWS SDK for JavaScript v3 instead (``bench/experiments/sqs_js``, npm-installed on first use): on 2
    cores the clients share the CPU with the server and the database, so a client's own cost
    is part of the ratio; the ``bound`` line is the ratio a server costing nothing would reach
    beside these clients.
@@ -25,11 +25,13 @@
    advisory lock, no group scan): what could slow it is sharing tables and the server with FIFO
    traffic, which this measures.
 
-    .venv/bin/python -m bench.sqs_roundtrip --clients 2 --rounds 200
-    .venv/bin/python -m bench.sqs_roundtrip --clients 2 --rounds 300 --runs 4 --sdk boto3 --sdk js
-    .venv/bin/python -m bench.sqs_roundtrip --clients 2 --rounds 150 --runs 4 --fifo-cost
+    .venv/bin/python -m bench.experiments.sqs_roundtrip --clients 2 --rounds 200
+    .venv/bin/python -m bench.experiments.sqs_roundtrip --clients 2 --rounds 300 --runs 4 --sdk boto3 --sdk js
+    .venv/bin/python -m bench.experiments.sqs_roundtrip --clients 2 --rounds 150 --runs 4 --fifo-cost
 
-One machine's numbers (shared and noisy), never assertions.
+``--before-src DIR`` adds a second `tenure sqs` from the tenure sources in ``DIR``, measured in the
+same runs. The figures: docs/sqs.md, "Performance" and "Where the CPU goes, and why 0.5 is out of
+reach beside boto3 on 2 cores". One machine's numbers (shared and noisy), never assertions.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from typing import Any
 
 import psutil
 
-from bench.server import processes_cpu
+from bench.server import add_before_src, code_env, processes_cpu
 from tenure.core.db import connect, resolve_dsn
 from tenure.core.repository import JobSpec, Repository
 
@@ -106,7 +108,7 @@ def _client(kind: str, target: str, schema: str, queue: str, rounds: int, go: st
 
 
 def _js_sdk() -> None:
-    """``@aws-sdk/client-sqs`` in bench/sqs_js/node_modules (npm install on first use)."""
+    """``@aws-sdk/client-sqs`` in bench/experiments/sqs_js/node_modules (npm install on first use)."""
     if (JS_CLIENT / "node_modules" / "@aws-sdk" / "client-sqs").is_dir():
         return
     out = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS_CLIENT,
@@ -121,7 +123,7 @@ def _spawn(kind: str, target: str, schema: str, queue: str, rounds: int, go: Pat
         return subprocess.Popen(["node", str(JS_CLIENT / "roundtrip.mjs"), target, queue, str(rounds), str(go)],
                                 stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "NODE_NO_WARNINGS": "1"})  # the SDK's Node 22 notice
-    return subprocess.Popen([sys.executable, "-m", "bench.sqs_roundtrip", "--client", kind, target, schema, queue,
+    return subprocess.Popen([sys.executable, "-m", "bench.experiments.sqs_roundtrip", "--client", kind, target, schema, queue,
                              str(rounds), str(go)], stdout=subprocess.PIPE, text=True)
 
 
@@ -241,15 +243,15 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         _client(*sys.argv[2:6], int(sys.argv[6]), sys.argv[7])
         return
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.experiments.sqs_roundtrip", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--wakeups", type=int, default=30)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--fifo-cost", action="store_true", help="instead: the FIFO lane's cost to standard queues")
-    ap.add_argument("--before-src", type=Path, default=None,
-                    help="also a second `tenure sqs` from this package source (the code before a change), "
-                         "measured in the same runs")
+    add_before_src(ap, "also a second `tenure sqs` from these tenure sources (the code before a change), "
+                       "measured in the same runs")
     ap.add_argument("--sdk", action="append", choices=("boto3", "js"),
                     help="the SQS clients: boto3 (the default) or the AWS SDK for JavaScript v3; repeat for both")
     args = ap.parse_args()
@@ -315,7 +317,7 @@ def start_servers(prefix: str, before_src: Path | None) -> tuple[
     env = {**os.environ, "TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema}
     servers = {"sqs": _server(env, tmp / "sqs.log")}
     if before_src is not None:
-        servers["sqs-before"] = _server({**env, "PYTHONPATH": str(before_src.resolve())}, tmp / "before.log")
+        servers["sqs-before"] = _server(code_env(before_src, base=env), tmp / "before.log")
     urls = {kind: _url(proc, tmp / ("sqs.log" if kind == "sqs" else "before.log")) for kind, proc in servers.items()}
     return dsn, schema, tmp, servers, urls
 

@@ -15,10 +15,11 @@ Variants, interleaved run by run:
   recorded).
 
     git archive 60b6a7e src | tar -x -C /tmp/before
-    .venv/bin/python -m bench.tracing_cost --jobs 20000 --runs 3 --before-src /tmp/before/src
+    .venv/bin/python -m bench.experiments.tracing_cost --jobs 20000 --runs 3 --before-src /tmp/before/src
 
 Prints the median jobs/s per variant and phase, the ratio to ``off`` and the cost per job in
-microseconds. One machine's numbers (shared and noisy), never assertions.
+microseconds. The figures: docs/observability.md, "Traces" (the span queue size came from these
+runs). One machine's numbers (shared and noisy), never assertions.
 """
 
 from __future__ import annotations
@@ -34,17 +35,16 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.runner import DATADIR_DEFAULT, log, start_server
+from bench.console import log
+from bench.server import DATADIR_DEFAULT, ROOT, add_before_src, code_env, start_server
 
-ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("before", "off", "on", "unsampled")
 sys.path.insert(0, str(ROOT / "tests"))
 
 
 def _env(variant: str, dsn: str, schema: str, endpoint: str, src: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update({"TENURE_DATABASE_URL": dsn, "TENURE_SCHEMA": schema,
-                "PYTHONPATH": os.pathsep.join([str(src), str(ROOT), env.get("PYTHONPATH", "")])})
+    env = code_env(src, base={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+                   TENURE_DATABASE_URL=dsn, TENURE_SCHEMA=schema)
     if variant in ("on", "unsampled"):
         env.update({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
     if variant == "unsampled":
@@ -72,12 +72,13 @@ def one_run(dsn: str, variant: str, jobs_file: Path, endpoint: str, concurrency:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.tracing_cost",
+                                     description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
-    parser.add_argument("--before-src", type=Path, default=None, help="the package source before traces")
+    add_before_src(parser, "the tenure sources before traces (the 'before' variant; skipped without it)")
     args = parser.parse_args(argv)
     from support.otlp_receiver import OtlpReceiver
 
