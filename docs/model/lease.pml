@@ -1,7 +1,8 @@
 /*
  * tenure lease protocol: a SPIN (Promela) model of one or two jobs, three worker slots and
  * one or two reapers. docs/model/README.md maps every step to the named query in
- * src/tenure/core/sql/queries.sql, says how to run the checks, and lists the model's limits.
+ * src/tenure/core/sql/queries/lease.sql and reaping.sql, says how to run the checks, and lists
+ * the model's limits.
  *
  * One `atomic` block = one SQL statement (one UPDATE ... WHERE ... that PostgreSQL applies to
  * the row atomically). Anything a worker or reaper does between two statements is a separate

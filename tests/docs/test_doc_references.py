@@ -109,7 +109,7 @@ def test_readme_layout_names_real_paths() -> None:
     readme = ROOT / "README.md"
     block = next(b for b in code_blocks(readme) if b.text.startswith("src/tenure/"))
     paths = _layout_paths(block.text)
-    assert "src/tenure/core/sql/queries.sql" in paths and "src/tenure/worker/runtime.py" in paths, paths
+    assert "src/tenure/core/sql/queries/" in paths and "src/tenure/worker/runtime.py" in paths, paths
     missing = [p for p in paths if not (ROOT / p).exists()]
     assert missing == [], f"{block.where}: the layout names paths that do not exist: {missing}"
 

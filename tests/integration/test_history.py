@@ -147,9 +147,9 @@ def test_readers_of_other_statuses_skip_job_history(conn: Connection, schema: st
                         f"ORDER BY id DESC LIMIT 50").fetchall()
     text = "\n".join(str(r["QUERY PLAN"]) for r in plan)
     assert "job_history" not in text, text
-    listing = conn.execute(f"EXPLAIN {repo._q['job_list']}", {  # the listing's own status filter
-        "before_id": None, "queue": None, "status": status, "task": None, "created_since": None,
-        "failed_since": None, "limit": 50}, prepare=False).fetchall()
+    listing = conn.execute(f"EXPLAIN {repo._q['job_list']}", {  # the listing, through the browser's filter
+        **JobFilter(status=status).params(), "before_id": None, "failed_since": None, "limit": 50},
+        prepare=False).fetchall()
     text = "\n".join(str(r["QUERY PLAN"]) for r in listing)
     assert "job_history" not in text, text
 

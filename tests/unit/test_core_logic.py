@@ -5,13 +5,14 @@ from __future__ import annotations
 import random
 import re
 import statistics
+from pathlib import Path
 
 import pytest
 
 from tenure.cli import build_parser, command_names, duration, invoked_command
 from tenure.core.backoff import RetryPolicy, backoff_cap, full_jitter_delay
 from tenure.core.errors import AmbiguousError, ConfigError, PermanentError, RetryableError, classify_exception
-from tenure.core.queries import _read, parse_named_queries
+from tenure.core.queries import parse_named_queries, parse_query_files, query_files
 from tenure.reaper.reaper import ReaperConfig
 from tenure.worker.app import App, load_app
 from tenure.worker.heartbeat import HeartbeatConfig
@@ -87,7 +88,7 @@ def test_worker_and_reaper_config_validation() -> None:
 
 
 def test_named_queries_follow_house_style() -> None:
-    queries = parse_named_queries(_read("queries.sql"))
+    queries = {name: (description, sql) for name, (description, sql, _) in parse_query_files(query_files()).items()}
     assert len(queries) >= 25
     for name, (description, sql) in queries.items():
         assert re.fullmatch(r"[a-z]+(_[a-z]+)+", name), name
@@ -103,6 +104,41 @@ def test_named_queries_follow_house_style() -> None:
         assert "now()" in queries[name][1]
     assert "FOR UPDATE SKIP LOCKED" in queries["job_claim"][1]
     assert "lock_token = held.token" in queries["job_heartbeat"][1]
+
+
+def test_query_files_are_one_per_repository_area() -> None:
+    """sql/queries/<area>.sql holds the queries the mixin tenure/core/repository/<area>.py runs,
+    under a header that says what the area is, and stays readable (at most 400 lines)."""
+    import tenure.core.repository
+    repository = Path(tenure.core.repository.__file__).parent
+    files = query_files()
+    queries = parse_query_files(files)
+    assert {f.name for f in files} == {p.stem + ".sql" for p in repository.glob("*.py")} - {
+        "__init__.sql", "base.sql", "specs.sql"}
+    for f in files:
+        lines = f.read_text(encoding="utf-8").splitlines()
+        assert len(lines) <= 400, (f.name, len(lines))
+        assert lines[0].startswith("-- ") and not lines[0].startswith("-- name:"), f"{f.name}: no header"
+    # A query runs from its own area, except the claim (`tenure sqs` receives with job_claim) and
+    # the registry's touch (the worker heartbeat renews it too).
+    shared = {("sqs", "job_claim"), ("lease", "worker_touch")}
+    misplaced = []
+    for module in repository.glob("*.py"):
+        for name in re.findall(r"[\"'](\w+)[\"']", module.read_text(encoding="utf-8")):
+            if name in queries and queries[name][2] != module.stem + ".sql" and (module.stem, name) not in shared:
+                misplaced.append(f"{module.name} runs {name} of {queries[name][2]}")
+    assert misplaced == []
+
+
+def test_a_query_name_defined_in_two_files_is_refused(tmp_path: Path) -> None:
+    root = tmp_path
+    (root / "lease.sql").write_text("-- Lease.\n\n-- name: job_x\n-- d\nSELECT 1;\n")
+    (root / "reads.sql").write_text("-- Reads.\n\n-- name: job_y\n-- d\nSELECT 2;\n\n-- name: job_x\n-- d\nSELECT 3;\n")
+    with pytest.raises(ValueError, match=r"'job_x'.*lease\.sql.*reads\.sql"):
+        parse_query_files(sorted(root.iterdir()))
+    (root / "reads.sql").write_text("-- Reads.\n\n-- name: job_y\n-- d\nSELECT 2;\n")
+    assert {n: (sql, f) for n, (_, sql, f) in parse_query_files(sorted(root.iterdir())).items()} == {
+        "job_x": ("SELECT 1", "lease.sql"), "job_y": ("SELECT 2", "reads.sql")}
 
 
 def test_parse_named_queries_rejects_missing_description() -> None:

@@ -1,4 +1,4 @@
--- Named queries of the chaos harness (tenure.chaos). Same format as core/sql/queries.sql and
+-- Named queries of the chaos harness (tenure.chaos). Same format as core/sql/queries/*.sql and
 -- loaded with tenure.core.queries.parse_named_queries; run only by tenure/chaos/store.py.
 -- `{schema}` is the quoted schema of the run. The harness keeps its own tables there
 -- (chaos_effects, chaos_faults, chaos_fences, chaos_lease_samples, chaos_returns, chaos_capacity_samples) next to

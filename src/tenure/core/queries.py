@@ -1,16 +1,30 @@
-"""Loads the named queries of ``sql/queries.sql`` (house style: all SQL lives in .sql files)."""
+"""Loads the named queries of ``sql/queries/*.sql`` (house style: all SQL lives in .sql files).
+
+One file per repository area (``sql/queries/lease.sql`` holds the queries
+:mod:`tenure.core.repository.lease` runs, and so on), each opening with a comment that says what
+the area is. All files are loaded together: a name is unique across them, and a fragment
+(``*_filter``) defined in one file may be spliced into a query of another.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$")
 
 
 def _read(name: str) -> str:
     return resources.files("tenure.core").joinpath("sql", name).read_text(encoding="utf-8")
+
+
+def query_files() -> list[Traversable]:
+    """The area files of ``sql/queries/``, by name."""
+    directory = resources.files("tenure.core").joinpath("sql", "queries")
+    return sorted((f for f in directory.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
 
 
 def parse_named_queries(text: str) -> dict[str, tuple[str, str]]:
@@ -45,6 +59,18 @@ def parse_named_queries(text: str) -> dict[str, tuple[str, str]]:
     return queries
 
 
+def parse_query_files(files: Iterable[Traversable]) -> dict[str, tuple[str, str, str]]:
+    """All the queries of ``files`` as ``{name: (description, sql, file name)}``; a name defined in
+    two files is an error that names both."""
+    queries: dict[str, tuple[str, str, str]] = {}
+    for file in files:
+        for name, (description, sql) in parse_named_queries(file.read_text(encoding="utf-8")).items():
+            if name in queries:
+                raise ValueError(f"duplicate query name {name!r}: in {queries[name][2]} and in {file.name}")
+            queries[name] = (description, sql, file.name)
+    return queries
+
+
 FRAGMENT_SUFFIX = "_filter"
 """A block named ``*_filter`` is a fragment (a WHERE condition), spliced into the queries that
 say ``{its_name}``, so several queries share one filter without copies of it."""
@@ -57,7 +83,7 @@ def named_queries(schema: str) -> dict[str, str]:
     fragment's text in parentheses."""
     quoted = quote_ident(schema)
     channel = '"' + notify_channel(schema) + '"'
-    parsed = parse_named_queries(_read("queries.sql"))
+    parsed = {name: (description, sql) for name, (description, sql, _) in parse_query_files(query_files()).items()}
     fragments = {f"{{{name}}}": sql for name, (_, sql) in parsed.items() if name.endswith(FRAGMENT_SUFFIX)}
 
     def expand(sql: str) -> str:

@@ -1,6 +1,6 @@
 """The repository: the only package that runs SQL (house style 1).
 
-Every method executes one named query from ``sql/queries.sql`` on the connection it was given.
+Every method executes one named query from ``sql/queries/<area>.sql`` on the connection it was given.
 With an autocommit connection each call is its own transaction; :meth:`Repository.enqueue`
 also works inside a caller's open transaction (transactional outbox, R17). Every write that
 changes a claimed job is a compare-and-set on ``(id, status='running', locked_by, lock_token)``;
@@ -8,18 +8,20 @@ a rejected stale write is recorded in ``job_events`` and never changes the row (
 No caching and no retries here: callers decide how to react to errors.
 
 One module per area, each a mixin over :class:`~tenure.core.repository.base.RepositoryBase`;
-:class:`Repository` is all of them on one connection and schema:
+:class:`Repository` is all of them on one connection and schema. The queries of an area are in the
+file of the same name, ``sql/queries/<area>.sql``:
 
 - ``specs``: what an enqueue is made of (JobSpec, payload encoding, priorities); no SQL;
 - ``schema``: migrations, the version check, claim statistics;
 - ``enqueue``: one job or a batch;
 - ``lease``: claim, heartbeat and the fenced writes of an attempt (R1-R5);
 - ``reaping``: the reaper's candidates, CAS and cycle counter (R7);
-- ``reads``: a job, its events, listings, queue figures, the doctor's views;
+- ``reads``: a job, its events, queue figures, the doctor's views;
 - ``registry``: workers (R9); ``executions``: the execution store (R14);
 - ``dlq``: dead letters and retention (R12); ``control``: cancel, retry, pause, limits;
 - ``periodic``: periodic schedules; ``sqs``: the queues and messages of `tenure sqs`;
-- ``browse``: the job browser of `tenure ui` (one filter for pages, counts and bulk actions);
+- ``browse``: the job browser of `tenure ui` and `tenure jobs list` (one filter for pages, counts,
+  bulk actions and the CLI's listing);
 - ``history``: where completed jobs live (day partitions, the batched move, retention).
 """
 

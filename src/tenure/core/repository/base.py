@@ -1,5 +1,5 @@
 """The plumbing every part of the repository shares: one connection, one schema, the named
-queries of ``sql/queries.sql`` and two ways to run them. No SQL text lives here."""
+queries of ``sql/queries/*.sql`` and two ways to run them. No SQL text lives here."""
 
 from __future__ import annotations
 

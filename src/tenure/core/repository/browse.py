@@ -1,6 +1,6 @@
 """The job browser's reads (`tenure ui`, issue 24): one filter shared by a page, a bounded
-count, the ids of a bulk action and the planner's estimate; queue figures of the last hour;
-periodic schedules; the change feed.
+count, the ids of a bulk action, the planner's estimate and the listing of `tenure jobs list`;
+queue figures of the last hour; periodic schedules; the change feed.
 
 Every query here is run unprepared (``prepare=False``): the filter's ``param IS NULL OR ...``
 conditions then fold away at plan time, so each filter gets the plan of its own indexes
@@ -65,6 +65,16 @@ class BrowseQueries(RepositoryBase):
     def job_browse(self, flt: JobFilter, *, before_id: int | None = None, limit: int = 50) -> list[Row]:
         """Matching jobs newest first, below ``before_id`` (the keyset cursor)."""
         return self._unprepared("job_browse", {**flt.params(), "before_id": before_id, "limit": limit})
+
+    def job_list(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
+                 created_since: float | None = None, failed_since: float | None = None,
+                 before_id: int | None = None, limit: int = 100) -> list[Row]:
+        """`tenure jobs list`: jobs newest first below ``before_id``, through the browser's filter
+        (``created_since`` is its ``created_within``, seconds back); ``failed_since``: the job's
+        last failed attempt (``last_failed_at``) within that many seconds."""
+        flt = JobFilter(queue=queue, status=status, task=task, created_within=created_since)
+        return self._unprepared("job_list", {**flt.params(), "failed_since": failed_since,
+                                             "before_id": before_id, "limit": limit})
 
     def job_browse_ids(self, flt: JobFilter, statuses: Sequence[str], *, after_id: int = 0,
                        limit: int = 1000) -> list[int]:

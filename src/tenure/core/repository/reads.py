@@ -1,4 +1,5 @@
-"""Read-only views of jobs and queues: a job and its events, listings, queue figures, the doctor's views."""
+"""Read-only views of jobs and queues: a job and its events, queue figures, the doctor's views
+(listings of jobs: :mod:`tenure.core.repository.browse`)."""
 
 from __future__ import annotations
 
@@ -98,10 +99,3 @@ class ReadQueries(RepositoryBase):
     def job_statuses(self, ids: Sequence[int]) -> dict[int, Row]:
         """``{id: {status, queue_name, task, payload, payload_version}}`` for the ids that exist."""
         return {int(r["id"]): r for r in self._rows("job_status_many", {"ids": list(ids)})}
-
-    def job_list(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
-                 created_since: float | None = None, failed_since: float | None = None,
-                 before_id: int | None = None, limit: int = 100) -> list[Row]:
-        return self._unprepared("job_list", {"queue": queue, "status": status, "task": task,
-                                       "created_since": created_since, "failed_since": failed_since,
-                                       "before_id": before_id, "limit": limit})

@@ -1,0 +1,116 @@
+-- The dead-letter queue (R12): list, controlled replay, purge; and retention of finished jobs
+-- (prune of completed and cancelled jobs, the default history partition's old rows).
+-- Run by src/tenure/core/repository/dlq.py (DeadLetterQueries).
+--
+-- Format (every file in this directory, loaded together by tenure.core.queries): each block starts
+-- with `-- name: <entity>_<verb>` and a one-line description; names are unique across the files.
+-- `{schema}` becomes the quoted schema name, `{channel}` the wake-up channel, `{x_filter}` the
+-- fragment x_filter. Every time comparison uses the database clock (now()), never the worker's (R6).
+
+-- name: dlq_list
+-- Dead-lettered jobs, newest first, optionally filtered by queue and error code.
+SELECT id, queue_name, task, idempotency_key, payload_version, attempt_count, lease_expiry_count,
+       first_failed_at, last_failed_at, failed_at, last_error_code, last_error, correlation_id
+FROM {schema}.jobs
+WHERE status = 'failed'
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+ORDER BY failed_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: dlq_select_for_replay
+-- The next batch of dead-lettered jobs to replay (by id list or by error code), oldest first, locked.
+SELECT id, queue_name, task, payload, payload_version
+FROM {schema}.jobs
+WHERE status = 'failed'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+  AND id > %(after_id)s
+ORDER BY id
+LIMIT %(batch)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: dlq_mark_invalid
+-- Record that a replay skipped a dead-lettered job because its payload fails validation.
+INSERT INTO {schema}.job_events (job_id, queue_name, event, reason)
+SELECT id, queue_name, 'replay_skipped_invalid', %(reason)s FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: dlq_replay
+-- Move dead-lettered jobs back to pending with a fresh attempt budget; only jobs still in the DLQ move (idempotent re-runs).
+WITH updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', available_at = now(), attempt_count = 0, lease_expiry_count = 0,
+        failed_at = NULL, updated_at = now()
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'failed'
+    RETURNING j.id, j.queue_name
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, reason)
+    SELECT id, queue_name, 'replayed_from_dead_letter', %(reason)s FROM updated
+), notified AS (
+    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated) d
+)
+SELECT id FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: dlq_purge
+-- Delete dead-lettered jobs that failed more than `older_than` seconds ago (retention policy), freeing their idempotency keys.
+WITH deleted AS (
+    DELETE FROM {schema}.jobs
+    WHERE status = 'failed' AND failed_at < now() - make_interval(secs => %(older_than)s)
+      AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    RETURNING id, idempotency_key
+), keys AS (
+    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
+), receipts AS (
+    DELETE FROM {schema}.sqs_receipts r USING deleted d WHERE r.job_id = d.id
+)
+SELECT id FROM deleted;
+
+-- name: job_prune_cancelled
+-- Delete up to `batch` cancelled jobs cancelled more than `older_than` seconds ago, with their audit events and keys.
+WITH doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE cancelled_at IS NOT NULL AND status = 'cancelled'
+      AND cancelled_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY cancelled_at LIMIT %(batch)s
+), deleted AS (
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.idempotency_key
+), events AS (
+    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+), keys AS (
+    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
+), receipts AS (
+    DELETE FROM {schema}.sqs_receipts r USING deleted d WHERE r.job_id = d.id
+)
+SELECT count(*)::int AS deleted FROM deleted;
+
+-- name: job_prune_completed
+-- Delete up to `batch` completed jobs older than `older_than` seconds still in `jobs` (completed before 0009, not moved yet), with their audit events and keys.
+WITH doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'completed' AND completed_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY completed_at LIMIT %(batch)s
+), deleted AS (
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.idempotency_key
+), events AS (
+    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+), keys AS (
+    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
+)
+SELECT count(*)::int AS deleted FROM deleted;
+
+-- name: job_history_prune_default
+-- Delete up to `batch` jobs of job_history's default partition (completed on a day that had no partition yet) that completed more than `older_than` seconds ago, with their events and keys.
+WITH doomed AS (
+    SELECT id FROM {schema}.job_history_default
+    WHERE completed_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY completed_at LIMIT %(batch)s
+), deleted AS (
+    DELETE FROM {schema}.job_history_default h USING doomed d WHERE h.id = d.id
+    RETURNING h.id, h.idempotency_key
+), events AS (
+    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
+), keys AS (
+    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
+)
+SELECT count(*)::int AS deleted FROM deleted;

@@ -1,0 +1,187 @@
+-- Reads: a job and its events, queue figures (queue_stats, shared by `tenure stats`, the
+-- exporter and the operator), the wake-up LISTEN, the database clock and the doctor's views.
+-- Run by src/tenure/core/repository/reads.py (ReadQueries); none of them writes.
+--
+-- Format (every file in this directory, loaded together by tenure.core.queries): each block starts
+-- with `-- name: <entity>_<verb>` and a one-line description; names are unique across the files.
+-- `{schema}` becomes the quoted schema name, `{channel}` the wake-up channel, `{x_filter}` the
+-- fragment x_filter. Every time comparison uses the database clock (now()), never the worker's (R6).
+
+-- name: job_get
+-- One job by id, with the DB clock's view of its lease.
+SELECT j.*, now() AS db_now, (j.status = 'running' AND j.lease_expires_at < now()) AS lease_expired
+FROM {schema}.all_jobs j WHERE j.id = %(id)s;
+
+-- name: job_events_list
+-- The audit trail of one job, oldest first.
+SELECT id, event, lock_token, worker_id, attempt, reason, detail, created_at
+FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
+
+-- name: queue_work_exists
+-- Whether the given queues have pending (ready or scheduled) and running jobs: one probe of each partial index, for a burst worker deciding to exit.
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[])) AS pending,
+       EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'running' AND queue_name = ANY(%(queues)s::text[])) AS running;
+
+-- name: queue_stats
+-- Per-queue backlog and lease health from partial indexes only (cheap at a million rows), queue filter in every part; shared by `tenure stats`, the exporter and the operator.
+WITH pending AS (
+    SELECT queue_name,
+           count(*) FILTER (WHERE available_at <= now()) AS ready,
+           count(*) FILTER (WHERE available_at > now()) AS scheduled,
+           coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())), 0) AS oldest_ready_age,
+           count(*) FILTER (WHERE attempt_count > 0) AS redelivered
+    FROM {schema}.jobs WHERE status = 'pending' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    GROUP BY queue_name
+), running AS (
+    SELECT j.queue_name,
+           count(*) AS running,
+           count(*) FILTER (WHERE j.lease_expires_at < now()) AS running_expired,
+           coalesce(extract(epoch FROM now() - min(j.started_at)), 0) AS oldest_running_age,
+           coalesce(extract(epoch FROM now() - min(j.last_heartbeat_at)), 0) AS lag_max,
+           coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM now() - j.last_heartbeat_at)), 0) AS lag_p95,
+           count(*) FILTER (WHERE j.attempt_count > 1) AS redelivered,
+           count(w.id) AS in_flight
+    FROM {schema}.jobs j
+    LEFT JOIN {schema}.workers w
+           ON w.id = j.locked_by AND w.stopped_at IS NULL
+          AND w.last_seen_at > now() - make_interval(secs => 3 * w.heartbeat_seconds)
+    WHERE j.status = 'running' AND (%(queue)s::text IS NULL OR j.queue_name = %(queue)s::text)
+    GROUP BY j.queue_name
+), failed AS (
+    SELECT queue_name, count(*) AS failed FROM {schema}.jobs
+    WHERE status = 'failed' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text) GROUP BY queue_name
+), live AS (
+    SELECT q AS queue_name, count(*) AS live_workers
+    FROM {schema}.workers, unnest(queues) AS q
+    WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_seconds)
+    GROUP BY q
+), reaped AS (
+    SELECT queue_name, count(*) AS reaped FROM {schema}.job_events
+    WHERE event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
+      AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text) GROUP BY queue_name
+), ctl AS (
+    SELECT name AS queue_name, paused, max_running FROM {schema}.queues
+    WHERE %(queue)s::text IS NULL OR name = %(queue)s::text
+), cancelled AS (
+    SELECT queue_name, count(*) AS cancelled FROM {schema}.jobs
+    WHERE cancelled_at IS NOT NULL AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    GROUP BY queue_name
+), queues AS (
+    SELECT queue_name FROM pending UNION SELECT queue_name FROM running
+    UNION SELECT queue_name FROM failed UNION SELECT queue_name FROM live
+    UNION SELECT queue_name FROM reaped UNION SELECT queue_name FROM ctl
+    UNION SELECT queue_name FROM cancelled
+)
+SELECT q.queue_name AS queue,
+       coalesce(p.ready, 0)::bigint AS ready, coalesce(p.scheduled, 0)::bigint AS scheduled,
+       coalesce(r.running, 0)::bigint AS running, coalesce(r.running_expired, 0)::bigint AS running_expired,
+       coalesce(r.in_flight, 0)::bigint AS in_flight,
+       coalesce(f.failed, 0)::bigint AS failed,
+       coalesce(p.oldest_ready_age, 0)::float8 AS oldest_ready_age_seconds,
+       coalesce(r.oldest_running_age, 0)::float8 AS oldest_running_age_seconds,
+       coalesce(r.lag_max, 0)::float8 AS heartbeat_lag_max_seconds,
+       coalesce(r.lag_p95, 0)::float8 AS heartbeat_lag_p95_seconds,
+       coalesce(l.live_workers, 0)::bigint AS live_workers,
+       (coalesce(p.redelivered, 0) + coalesce(r.redelivered, 0))::bigint AS redelivered,
+       coalesce(rp.reaped, 0)::bigint AS reaped_total,
+       coalesce(c.paused, false) AS paused, c.max_running,
+       coalesce(cx.cancelled, 0)::bigint AS cancelled
+FROM queues q
+LEFT JOIN pending p USING (queue_name)
+LEFT JOIN running r USING (queue_name)
+LEFT JOIN failed f USING (queue_name)
+LEFT JOIN live l USING (queue_name)
+LEFT JOIN reaped rp USING (queue_name)
+LEFT JOIN ctl c USING (queue_name)
+LEFT JOIN cancelled cx USING (queue_name)
+WHERE %(queue)s::text IS NULL OR q.queue_name = %(queue)s::text
+ORDER BY q.queue_name;
+
+-- name: queue_completed_counts
+-- Completed jobs per queue: a scan of the completed partial index, so callers read it on a slower cadence than queue_stats.
+SELECT queue_name AS queue, count(*)::bigint AS completed
+FROM {schema}.all_jobs
+WHERE status = 'completed' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+GROUP BY queue_name ORDER BY queue_name;
+
+-- name: job_runtime_quantiles
+-- Runtime p50/p99 of recent successful attempts per queue and task (from audit events), for `tenure doctor`.
+WITH runs AS (
+    SELECT c.queue_name, j.task,
+           extract(epoch FROM c.created_at - coalesce((c.detail ->> 'started_at')::timestamptz, cl.created_at))
+               AS runtime
+    FROM {schema}.job_events c
+    -- Attempts recorded before the attempt record carried its start: their `claimed` row.
+    LEFT JOIN {schema}.job_events cl ON c.detail IS NULL AND cl.job_id = c.job_id
+                                    AND cl.lock_token = c.lock_token AND cl.event = 'claimed'
+    JOIN {schema}.all_jobs j ON j.id = c.job_id
+    WHERE c.event = 'completed' AND c.created_at > now() - make_interval(secs => %(window)s)
+      AND (c.detail ? 'started_at' OR cl.id IS NOT NULL)
+)
+SELECT queue_name, task, count(*)::bigint AS runs,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime)::float8 AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime)::float8 AS p99,
+       max(runtime)::float8 AS max
+FROM runs GROUP BY queue_name, task ORDER BY queue_name, task;
+
+-- name: queue_listen
+-- Subscribe this connection to the schema's wake-up channel (notified on enqueue, release and requeue).
+LISTEN {channel};
+
+-- name: db_now
+-- The database clock, the only clock leases are judged by.
+SELECT now() AS now, extract(epoch FROM now())::float8 AS epoch;
+
+-- name: job_running_list
+-- Running jobs, oldest first, with age, heartbeat lag, lease state and owner liveness by the DB clock (for `tenure doctor`).
+SELECT j.id, j.queue_name, j.task, j.locked_by, j.attempt_count, j.lease_expires_at,
+       extract(epoch FROM now() - j.started_at)::float8 AS age_seconds,
+       extract(epoch FROM now() - j.last_heartbeat_at)::float8 AS heartbeat_lag_seconds,
+       extract(epoch FROM j.lease_expires_at - now())::float8 AS lease_remaining_seconds,
+       CASE WHEN w.id IS NULL THEN 'unknown'
+            WHEN w.stopped_at IS NOT NULL THEN 'stopped'
+            WHEN w.last_seen_at > now() - make_interval(secs => 3 * w.heartbeat_seconds) THEN 'alive'
+            ELSE 'silent' END AS owner_status,
+       w.heartbeat_seconds AS owner_heartbeat_seconds, w.version AS owner_version
+FROM {schema}.jobs j
+LEFT JOIN {schema}.workers w ON w.id = j.locked_by
+WHERE j.status = 'running' AND (%(queue)s::text IS NULL OR j.queue_name = %(queue)s::text)
+ORDER BY j.started_at, j.id
+LIMIT %(limit)s;
+
+-- name: job_reap_review
+-- Reaps within a window per queue and task, and how many the reaped token later tried to write (reaper too eager), for `tenure doctor`.
+WITH reaps AS (
+    SELECT e.job_id, e.queue_name, e.lock_token, e.created_at, e.detail->>'owner_status' AS owner_status
+    FROM {schema}.job_events e
+    WHERE e.event IN ('reaped_due_to_expired_lease', 'reaped_to_dead_letter')
+      AND e.created_at > now() - make_interval(secs => %(window)s)
+      AND (%(queue)s::text IS NULL OR e.queue_name = %(queue)s::text)
+), late AS (
+    SELECT r.job_id, r.lock_token, r.created_at, min(s.created_at) AS stale_at,
+           bool_or(s.event = 'stale_completion_rejected') AS completion
+    FROM reaps r
+    JOIN {schema}.job_events s
+      ON s.job_id = r.job_id AND s.lock_token = r.lock_token AND s.created_at >= r.created_at
+     AND s.event IN ('stale_completion_rejected', 'stale_write_rejected', 'heartbeat_lost')
+    GROUP BY r.job_id, r.lock_token, r.created_at
+)
+SELECT r.queue_name, coalesce(j.task, '?') AS task,
+       count(*)::bigint AS reaped,
+       count(l.job_id)::bigint AS followed_by_stale_write,
+       count(*) FILTER (WHERE l.completion)::bigint AS followed_by_stale_completion,
+       count(*) FILTER (WHERE r.owner_status = 'alive')::bigint AS owner_alive,
+       min(r.created_at) AS first_reaped_at, max(r.created_at) AS last_reaped_at,
+       max(extract(epoch FROM l.stale_at - r.created_at))::float8 AS max_stale_after_seconds,
+       (array_agg(r.job_id ORDER BY r.created_at) FILTER (WHERE l.job_id IS NOT NULL))[1:5] AS stale_job_ids,
+       (array_agg(r.job_id ORDER BY r.created_at))[1:5] AS job_ids
+FROM reaps r
+LEFT JOIN late l ON l.job_id = r.job_id AND l.lock_token = r.lock_token AND l.created_at = r.created_at
+LEFT JOIN {schema}.all_jobs j ON j.id = r.job_id
+GROUP BY r.queue_name, coalesce(j.task, '?')
+ORDER BY r.queue_name, task;
+
+-- name: job_status_many
+-- The status of each of the given job ids (missing ids are absent), to validate a command before it writes.
+SELECT id, status::text AS status, queue_name, task, payload, payload_version
+FROM {schema}.all_jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;
