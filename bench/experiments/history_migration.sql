@@ -1,4 +1,4 @@
--- Named statements of bench/experiments/history_migration.py (same format as src/tenure/core/sql/queries.sql).
+-- Named statements of bench/experiments/history_migration.py (same format as src/tenure/core/sql/queries/*.sql).
 -- `{schema}` is replaced by the quoted schema name. The seed itself is bench/experiments/ui_scale.sql's.
 
 -- name: schema_version

@@ -1,4 +1,4 @@
--- Named statements of bench/experiments/queue_stats_cost.py (same format as src/tenure/core/sql/queries.sql).
+-- Named statements of bench/experiments/queue_stats_cost.py (same format as src/tenure/core/sql/queries/*.sql).
 -- `{schema}` is replaced by the quoted schema name.
 
 -- name: bench_fill_jobs

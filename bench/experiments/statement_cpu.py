@@ -3,7 +3,7 @@
 ``python -m bench.experiments.statement_cpu [VARIANTS.sql] [--rounds N]``: a fresh database with 120k ready
 jobs, 400 of them held (two workers at concurrency 200), then N rounds that claim 100 and
 complete 100 with every statement named ``*claim*`` / ``*complete*`` in VARIANTS.sql (same
-format as queries.sql; ``setup_*`` statements run once first) next to tenure's own. The figure is
+format as src/tenure/core/sql/queries/*.sql; ``setup_*`` statements run once first) next to tenure's own. The figure is
 the backend process's own CPU time (psutil on ``pg_backend_pid()``, 10 ms ticks, hence summed
 over all rounds) divided by the jobs: independent of client-side noise, not of other load.
 The variants used for docs/performance.md are in bench/experiments/variants/; the figures are in

@@ -1,4 +1,4 @@
--- Named statements of bench/experiments/ui_scale.py and ui_seed.py (same format as src/tenure/core/sql/queries.sql).
+-- Named statements of bench/experiments/ui_scale.py and ui_seed.py (same format as src/tenure/core/sql/queries/*.sql).
 -- `{schema}` is replaced by the quoted schema name. Every row is a pure function of its
 -- number g in 1..total (hashes, no random()), so a reseed gives the same jobs.
 
