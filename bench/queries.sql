@@ -1,5 +1,5 @@
 -- Benchmark-only SQL (fixtures and measurements); never used by tenure itself.
--- `{schema}` is replaced by the quoted tenure schema name. Same format as src/tenure/core/sql/queries.sql.
+-- `{schema}` is replaced by the quoted tenure schema name. Same format as src/tenure/core/sql/queries/*.sql.
 
 -- name: tenure_done_count
 -- Jobs finished so far (completed jobs live in job_history since 0009, older ones in jobs).
