@@ -2,20 +2,57 @@
 
 Public API: :class:`App` (task registry), :class:`JobContext` (what a handler receives), the
 error classes, and :func:`enqueue` for enqueueing inside your own transaction (outbox, R17).
+
+The names are imported on first use (:func:`__getattr__`), so that ``import tenure`` (and
+`tenure sqs`, `tenure ui`, which never run a handler) does not load the worker runtime or the
+database driver; ``from tenure import App`` works as ever.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-
-from tenure.control import CancelReport, cancel
-from tenure.core.errors import AmbiguousError, ConfigError, InvalidPayload, LeaseLost, PermanentError, RetryableError
-from tenure.core.repository import EnqueueResult, JobSpec, Repository
 from tenure.core.version import __version__
-from tenure.worker.app import App
-from tenure.worker.context import JobContext
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from tenure.control import CancelReport, cancel
+    from tenure.core.errors import (
+        AmbiguousError,
+        ConfigError,
+        InvalidPayload,
+        LeaseLost,
+        PermanentError,
+        RetryableError,
+    )
+    from tenure.core.repository import EnqueueResult, JobSpec
+    from tenure.worker.app import App
+    from tenure.worker.context import JobContext
+
+_LAZY = {
+    "AmbiguousError": "tenure.core.errors", "ConfigError": "tenure.core.errors",
+    "InvalidPayload": "tenure.core.errors", "LeaseLost": "tenure.core.errors",
+    "PermanentError": "tenure.core.errors", "RetryableError": "tenure.core.errors",
+    "EnqueueResult": "tenure.core.repository", "JobSpec": "tenure.core.repository",
+    "CancelReport": "tenure.control", "cancel": "tenure.control",
+    "App": "tenure.worker.app", "JobContext": "tenure.worker.context",
+}
+"""Each public name and the module it is imported from on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tenure' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # the next lookup does not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, schema: str = "tenure",
@@ -26,6 +63,7 @@ def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, sc
     The job (and its NOTIFY) become visible only when that transaction commits, so a job can
     never refer to a business change that rolled back (transactional outbox, R17).
     """
+    from tenure.core.repository import Repository
     result = Repository(conn, schema).enqueue(task, payload, queue=queue, idempotency_key=idempotency_key,
                                               delay=delay, max_attempts=max_attempts,
                                               correlation_id=correlation_id, priority=priority)

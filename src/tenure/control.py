@@ -5,8 +5,9 @@ the operator and users' code.
 Every change is audited with who asked. Commands are all-or-nothing: :func:`cancel` and
 :func:`retry` with ``strict=True`` validate every id first (unknown id, wrong state) and change
 nothing when one fails, raising :class:`~tenure.core.errors.ConfigError` (the CLI's exit 2).
-:func:`bulk_matching` cancels or retries every job matching a filter (`tenure ui`), in batches,
-through the same statements.
+:func:`bulk_matching` cancels or retries every job matching a filter or in a list of ids
+(`tenure ui`), in batches, through the same statements; :func:`replay_matching` is the paced DLQ
+replay of `tenure dlq replay` and of the UI.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ BULK_MAX_DEFAULT = 100_000
 """A bulk action on more matching jobs than this is refused: narrow the filter."""
 BULK_BATCH = 1000
 """Jobs changed per transaction by a bulk action."""
+REPLAY_BATCH_MAX = 10
+"""Dead letters replayed per transaction at most (fewer at a low rate: ``rate / 5``)."""
 
 
 def default_requester(source: str = "api") -> str:
@@ -189,29 +192,44 @@ class BulkReport:
     """Jobs that matched the filter and were in a state the action applies to."""
     changed: int
     """Jobs the action changed (fewer than matched when some changed state meanwhile)."""
-    newest_id: int
-    """The newest job id the set was bounded by: pass it back to act on the same set."""
+    newest_id: int | None
+    """The newest job id the set was bounded by: pass it back to act on the same set (None for
+    a set given by ids)."""
 
 
 def bulk_matching(conn: psycopg.Connection[Any], action: str, flt: JobFilter, *, schema: str = "tenure",
                   requested_by: str | None = None, dry_run: bool = False, expected: int | None = None,
-                  newest_id: int | None = None, limit: int = BULK_MAX_DEFAULT) -> BulkReport:
+                  newest_id: int | None = None, limit: int = BULK_MAX_DEFAULT,
+                  ids: Sequence[int] | None = None) -> BulkReport:
     """Cancel or retry every job that matches ``flt`` (and is cancellable, or retryable), in
     batches of :data:`BULK_BATCH`, through the same statements as :func:`cancel` and
     :func:`retry`, audited with ``requested_by``.
 
     The set is the matching jobs with ids up to ``newest_id`` (default: the newest job now), so
-    jobs enqueued after a preview never join it. With ``expected`` (the count a preview showed)
-    a different count raises :class:`SetChangedError` and changes nothing. ``dry_run`` counts
-    only. More than ``limit`` matches raise ConfigError and change nothing."""
+    jobs enqueued after a preview never join it; given ``ids`` instead (the UI's selection),
+    those of them in a state the action applies to (``flt`` and ``newest_id`` unused). With
+    ``expected`` (the count a preview showed) a different count raises :class:`SetChangedError`
+    and changes nothing. ``dry_run`` counts only. More than ``limit`` matches raise ConfigError
+    and change nothing."""
     if action not in BULK_ACTIONS:
         raise ConfigError(f"unknown action {action!r} (one of {', '.join(BULK_ACTIONS)})")
     repo = Repository(conn, schema)
-    bound = repo.job_newest_id() if newest_id is None else newest_id
-    ids = matching_ids(repo, flt, BULK_ACTIONS[action], bound=bound, limit=limit)
-    if expected is not None and expected != len(ids):
-        raise SetChangedError(f"{len(ids)} jobs match now, not the {expected} confirmed: nothing was changed; "
-                              "review the set again")
+    bound: int | None
+    if ids is not None:
+        bound = None
+        found = repo.job_statuses(_ids(ids))
+        ids = sorted(i for i, row in found.items() if row["status"] in BULK_ACTIONS[action])
+        if len(ids) > limit:
+            raise ConfigError(f"more than {limit} jobs selected: select fewer (nothing was changed)")
+        if expected is not None and expected != len(ids):
+            raise SetChangedError(f"{len(ids)} of the selected jobs can be {action}ed now, not the {expected} "
+                                  "confirmed: nothing was changed")
+    else:
+        bound = repo.job_newest_id() if newest_id is None else newest_id
+        ids = matching_ids(repo, flt, BULK_ACTIONS[action], bound=bound, limit=limit)
+        if expected is not None and expected != len(ids):
+            raise SetChangedError(f"{len(ids)} jobs match now, not the {expected} confirmed: nothing was changed; "
+                                  "review the set again")
     if dry_run:
         return BulkReport(len(ids), 0, bound)
     who = requested_by or default_requester()
@@ -242,43 +260,92 @@ def matching_ids(repo: Repository, flt: JobFilter, statuses: Sequence[str], *, b
 
 
 @dataclass(frozen=True)
+class DlqFilter:
+    """The dead letters `tenure dlq replay` walks: oldest first, by queue and last error code
+    (None: any). Unlike a :class:`JobFilter`'s set, which is replayed whole or refused, a walk
+    stops once ``limit`` jobs are replayed (those skipped as invalid do not count) and leaves
+    the rest in the DLQ for the next run."""
+
+    queue: str | None = None
+    error_code: str | None = None
+
+
+@dataclass(frozen=True)
 class ReplayReport:
     matched: int
-    """Dead-lettered jobs that matched."""
+    """Dead-lettered jobs that matched (a :class:`DlqFilter` walk: those it reached)."""
     replayed: list[int]
     """Moved back to pending (with ``dry_run``: would be)."""
     skipped: list[tuple[int, str]]
     """Left in the DLQ as invalid, with why."""
 
 
-def replay_matching(conn: psycopg.Connection[Any], flt: JobFilter, *, schema: str = "tenure", rate: float,
-                    dry_run: bool = False, requested_by: str | None = None,
+ReplayProgress = Callable[[list[int], list[tuple[int, str]]], None]
+"""``on_batch(replayed, skipped)``: called after each batch that found jobs, before the pause."""
+
+
+def replay_matching(conn: psycopg.Connection[Any], flt: JobFilter | DlqFilter, *, schema: str = "tenure",
+                    rate: float, dry_run: bool = False, requested_by: str | None = None,
                     validate: Callable[[dict[str, Any]], str | None] | None = None,
-                    limit: int = BULK_MAX_DEFAULT, ids: Sequence[int] | None = None) -> ReplayReport:
-    """Replay the dead-lettered jobs matching ``flt`` (or, given ``ids``, those of them still
-    dead-lettered) the way `tenure dlq replay` does: small batches, at most ``rate`` jobs per
-    second over the whole set, only jobs still in the DLQ move (safe to interrupt and repeat).
-    ``dry_run`` walks the same batches and writes nothing."""
+                    limit: int = BULK_MAX_DEFAULT, ids: Sequence[int] | None = None,
+                    on_batch: ReplayProgress | None = None) -> ReplayReport:
+    """Replay dead-lettered jobs the way `tenure dlq replay` does: small batches, at most
+    ``rate`` jobs per second over the whole set, only jobs still in the DLQ move (safe to
+    interrupt and repeat), each audited as replayed by ``requested_by``; ``validate(row)``
+    returns None for a job that may run, else why not (it stays, marked invalid).
+    ``dry_run`` walks the same batches with the same validation and writes nothing.
+
+    Which jobs: with a :class:`JobFilter` (the UI), the dead letters matching it (more than
+    ``limit`` raise ConfigError and change nothing), or, given ``ids``, those of them still
+    dead-lettered. With a :class:`DlqFilter` (the CLI), the DLQ's own walk, restricted to
+    ``ids`` when given, until ``limit`` are replayed."""
     if not rate > 0:
         raise ConfigError("rate must be positive")
     repo = Repository(conn, schema)
+    who = requested_by or default_requester()
+    batch = max(1, min(REPLAY_BATCH_MAX, int(rate // 5)))
+    pace = _Pace(rate, dry_run)
+    check = validate or (lambda row: None)
+    reason = f"replayed by {who} at {rate:g}/s"
+    replayed: list[int] = []
+    skipped: list[tuple[int, str]] = []
+    if isinstance(flt, DlqFilter):
+        after_id = 0
+        while len(replayed) < limit:
+            done, bad, after_id = repo.dlq_replay_batch(
+                ids=ids, queue=flt.queue, error_code=flt.error_code, after_id=after_id,
+                batch=min(batch, limit - len(replayed)), validate=check, reason=reason, dry_run=dry_run)
+            if not done and not bad:
+                break
+            replayed.extend(done)
+            skipped.extend(bad)
+            if on_batch is not None:
+                on_batch(done, bad)
+            pace.wait(len(replayed), more=len(replayed) < limit)
+        return ReplayReport(len(replayed) + len(skipped), replayed, skipped)
     if ids is not None:
         found = repo.job_statuses(sorted(set(ids)))
         ids = [i for i, row in found.items() if row["status"] == "failed"]
     else:
         ids = matching_ids(repo, flt, ("failed",), bound=repo.job_newest_id(), limit=limit)
-    who = requested_by or default_requester()
-    batch = max(1, min(10, int(rate // 5)))
-    replayed: list[int] = []
-    skipped: list[tuple[int, str]] = []
-    started = time.monotonic()
     for start in range(0, len(ids), batch):
         done, bad, _ = repo.dlq_replay_batch(ids=ids[start:start + batch], queue=None, error_code=None, after_id=0,
-                                             batch=batch, validate=validate or (lambda row: None),
-                                             reason=f"replayed by {who} at {rate:g}/s", dry_run=dry_run)
+                                             batch=batch, validate=check, reason=reason, dry_run=dry_run)
         replayed.extend(done)
         skipped.extend(bad)
-        wait = len(replayed) / rate - (time.monotonic() - started)
-        if not dry_run and wait > 0 and start + batch < len(ids):
-            time.sleep(wait)
+        if on_batch is not None and (done or bad):
+            on_batch(done, bad)
+        pace.wait(len(replayed), more=start + batch < len(ids))
     return ReplayReport(len(ids), replayed, skipped)
+
+
+class _Pace:
+    """Sleeps so that the cumulative replay rate never exceeds ``rate`` (not in a dry run)."""
+
+    def __init__(self, rate: float, dry_run: bool) -> None:
+        self.rate, self.dry_run, self.started = rate, dry_run, time.monotonic()
+
+    def wait(self, replayed: int, *, more: bool) -> None:
+        pause = replayed / self.rate - (time.monotonic() - self.started)
+        if not self.dry_run and more and pause > 0:
+            time.sleep(pause)

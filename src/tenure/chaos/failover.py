@@ -23,6 +23,7 @@ from tenure.chaos.journal import Journal
 from tenure.chaos.patroni import ClusterError, PatroniCluster
 from tenure.chaos.store import ChaosStore
 from tenure.core.db import connect
+from tenure.core.errors import first_line
 
 FAULT_KINDS = ("switchover", "kill", "isolate")
 FAILOVER_TIMEOUT = 330.0
@@ -133,16 +134,16 @@ class Failovers:
         try:
             rec.new_primary = cluster.wait_leader(other_than=old, timeout=max(1.0, deadline - time.monotonic()))
         except ClusterError as exc:
-            rec.error = str(exc).splitlines()[0]
+            rec.error = first_line(exc)
         if switch_error:
-            rec.error = str(switch_error[0]).splitlines()[0]
+            rec.error = first_line(switch_error[0])
         if kind == "isolate":
             cluster.heal(old)
         try:
             cluster.wait_healthy(REJOIN_TIMEOUT)
             rec.healthy_again = time.time()
         except ClusterError as exc:
-            rec.error = (rec.error or "") + f" rejoin: {str(exc).splitlines()[0]}"
+            rec.error = (rec.error or "") + f" rejoin: {first_line(exc)}"
         return rec
 
     def _probe_until_new_primary(self, rec: FailoverRecord, old_host: str, deadline: float) -> None:

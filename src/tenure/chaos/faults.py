@@ -49,6 +49,7 @@ from tenure.chaos.proxy import TcpProxy
 from tenure.chaos.store import ChaosStore
 from tenure.core.db import connect
 from tenure.core.embedded import EmbeddedServer
+from tenure.core.errors import first_line
 
 AIMLESS = ("pg_restart", "cancel", "queue_pause", "slow_completions")
 """Timed faults that hit no particular worker."""
@@ -222,7 +223,7 @@ class HistoryLock:
                     self._release.wait(self.seconds)
                 self.ended = store.db_now()
         except psycopg.Error as exc:
-            self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.error = first_line(exc)
         finally:
             self._done.set()
             self._ready.set()

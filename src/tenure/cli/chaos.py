@@ -20,6 +20,7 @@ import psycopg
 from tenure.chaos import config as cfg
 from tenure.chaos import harness as h
 from tenure.cli.common import command, count, duration, positive_int
+from tenure.core.errors import first_line
 
 ORDER = 130
 
@@ -59,7 +60,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 def _harness_failed(e: BaseException) -> int:
     """A harness that could not run (cluster never healthy, database unreachable): one line on stderr, exit 2."""
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    first = first_line(e)
     print(f"tenure chaos: error: {type(e).__name__}: {first}", file=sys.stderr)
     return 2
 

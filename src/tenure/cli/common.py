@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from tenure.core.db import connect
-from tenure.core.errors import ConfigError
+from tenure.core.errors import ConfigError, first_line
 from tenure.core.repository import Repository
 
 EXIT_CONFIG = 2
@@ -173,7 +173,7 @@ def serve_asgi(label: str, service: Any, app: Any, bind: str, *, path: str = "",
         service.open()
     except (psycopg.OperationalError, PoolTimeout) as exc:
         service.close()
-        raise ConfigError(f"cannot open the database: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+        raise ConfigError(f"cannot open the database: {first_line(exc)}") from None
     except BaseException:
         service.close()
         raise

@@ -1,6 +1,6 @@
 """`tenure dlq`: the dead-letter queue as a quarantine, not a bin (R12).
 
-Replay is controlled: payloads are validated first (with ``--app``, against the task's
+Replay is controlled (:func:`tenure.control.replay_matching`, the UI's replay too): payloads are validated first (with ``--app``, against the task's
 validator; unknown tasks are skipped), jobs move in small batches at no more than ``--rate``
 per second, progress is printed, and a replay is safe to interrupt and re-run: only jobs still
 in the DLQ move, so nothing is replayed twice. ``--dry-run`` walks the same batches with the
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any
 
+from tenure import control
 from tenure.cli.common import command, duration, open_repo, positive_int, print_json, subcommands, table
 from tenure.cli.jobs import cmd_show as cmd_jobs_show
 from tenure.core.errors import ConfigError
@@ -23,7 +23,6 @@ from tenure.worker.app import App, load_app
 ORDER = 90
 REPLAY_RATE_DEFAULT = 5.0
 REPLAY_LIMIT_DEFAULT = 100
-REPLAY_BATCH_MAX = 10
 
 
 def register(sub: Any) -> None:
@@ -88,40 +87,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not args.rate > 0:
         raise ConfigError("--rate must be positive")
     validate = payload_validator(load_app(args.app) if args.app else None, args.app)
-    conn, repo = open_repo(args)
-    batch = max(1, min(REPLAY_BATCH_MAX, int(args.rate // 5)))
-    replayed = skipped = 0
-    after_id = 0
-    started = time.monotonic()
+    conn, _ = open_repo(args)
+    totals = [0, 0]
+
+    def progress(done: list[int], bad: list[tuple[int, str]]) -> None:
+        totals[0] += len(done)
+        totals[1] += len(bad)
+        if args.dry_run:
+            for job_id in done:
+                print(f"would replay {job_id}")
+            for job_id, why in bad:
+                print(f"would skip {job_id}: {why}")
+            return
+        for job_id, why in bad:
+            print(f"skipped {job_id}: {why}", file=sys.stderr)
+        print(f"replayed {totals[0]}/{args.limit} (skipped {totals[1]})", flush=True)
+
     with conn:
-        while replayed < args.limit:
-            size = min(batch, args.limit - replayed)
-            done, bad, after_id = repo.dlq_replay_batch(
-                ids=args.ids, queue=args.queue, error_code=args.error_code, after_id=after_id, batch=size,
-                validate=validate, reason=f"tenure dlq replay at {args.rate:g}/s", dry_run=args.dry_run)
-            if args.dry_run:
-                for job_id in done:
-                    print(f"would replay {job_id}")
-                for job_id, why in bad:
-                    print(f"would skip {job_id}: {why}")
-            else:
-                for job_id, why in bad:
-                    print(f"skipped {job_id}: {why}", file=sys.stderr)
-            replayed += len(done)
-            skipped += len(bad)
-            if not done and not bad:
-                break
-            if args.dry_run:
-                continue
-            print(f"replayed {replayed}/{args.limit} (skipped {skipped})", flush=True)
-            # Pace so that the cumulative rate never exceeds --rate.
-            wait = replayed / args.rate - (time.monotonic() - started)
-            if wait > 0 and replayed < args.limit:
-                time.sleep(wait)
+        report = control.replay_matching(
+            conn, control.DlqFilter(queue=args.queue, error_code=args.error_code), schema=args.schema,
+            rate=args.rate, dry_run=args.dry_run, requested_by=control.default_requester("cli"),
+            validate=validate, limit=args.limit, ids=args.ids, on_batch=progress)
     if args.dry_run:
-        print(f"dry run: {replayed} would be replayed, {skipped} skipped as invalid; nothing changed")
+        print(f"dry run: {len(report.replayed)} would be replayed, {len(report.skipped)} skipped as invalid; "
+              "nothing changed")
     else:
-        print(f"done: {replayed} replayed, {skipped} skipped as invalid")
+        print(f"done: {len(report.replayed)} replayed, {len(report.skipped)} skipped as invalid")
     return 0
 
 

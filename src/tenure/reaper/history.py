@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from tenure.core.errors import ConfigError
+from tenure.core.errors import ConfigError, first_line
 from tenure.core.repository import HISTORY_DAYS_AHEAD_DEFAULT, HISTORY_MOVE_BATCH_DEFAULT, Repository
 
 log = logging.getLogger("tenure.reaper.history")
@@ -84,6 +84,6 @@ class HistoryKeeper:
         except psycopg.Error as exc:
             if not repo.conn.autocommit:
                 repo.conn.rollback()
-            log.warning("job_history upkeep failed (reaping goes on): %s", str(exc).strip().splitlines()[0],
+            log.warning("job_history upkeep failed (reaping goes on): %s", first_line(exc),
                         extra={"event": "history_failed"})
         return HistoryCycle(created, moved)

@@ -5,7 +5,7 @@ logged and answered ``InternalFailure`` (500), never with a traceback.
 
 The API requests take a raw ASGI path (:func:`endpoint`: the scope's headers as they come, one
 response message) rather than Starlette's routing, middleware and Request objects: with the
-service's own thread pool, a fifth less server CPU per request (``bench.sqs_server_cost``,
+service's own thread pool, a fifth less server CPU per request (``bench.experiments.sqs_server_cost``,
 docs/sqs.md). Starlette serves the lifespan, ``/healthz`` and ``/metrics``. A method other
 than GET and POST gets 405 with an SQS error body. On SIGTERM ``/healthz`` fails, and once the
 server drains every long poll is answered with no messages (:mod:`tenure.core.shutdown`)."""
@@ -208,9 +208,8 @@ def _json_params(body: bytes) -> dict[str, Any]:
 async def health(request: Request) -> Response:
     """200 while serving; 503 from SIGTERM on (readiness fails before the drain)."""
     service: SqsService = request.app.state.service
-    if service.shutdown.stopping:
-        return Response("stopping\n", status_code=503, media_type="text/plain")
-    return Response("ok\n", media_type="text/plain")
+    status, text = service.health()
+    return Response(text, status_code=status, media_type="text/plain")
 
 
 async def metrics(request: Request) -> Response:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tenure.core.errors import first_line
 from tenure.sqs import params as p
 from tenure.sqs.errors import SqsError, invalid, missing
 from tenure.sqs.service import WORKER_ID, Call
@@ -110,7 +111,7 @@ async def _run(call: Call, task: MoveTask, source: str, target: str) -> None:
             if task.rate:
                 await asyncio.sleep(max(0.0, moved / task.rate - (time.monotonic() - started)))
     except Exception as exc:  # recorded on the task, listed by ListMessageMoveTasks
-        task.status, task.failure = "FAILED", str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        task.status, task.failure = "FAILED", first_line(exc)
 
 
 def _move_batch(call: Call, source: str, target: str, limit: int) -> int:

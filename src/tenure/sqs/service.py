@@ -1,5 +1,6 @@
 """The state one `tenure sqs` process shares between requests: its config, a connection pool, the
-receipt handles' key, and the long-poll wake-ups (one LISTEN connection). A request is a
+receipt handles' key, and the long-poll wake-ups (one LISTEN connection; the pool, the stop
+state and the LISTEN thread are :class:`~tenure.core.pooled.PooledService`'s). A request is a
 :class:`Call`: the service, the URL base the client used, and the credential that signed it."""
 
 from __future__ import annotations
@@ -7,23 +8,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-import psycopg
 from prometheus_client import CollectorRegistry
-from psycopg_pool import ConnectionPool
 
-from tenure.core.db import connect, connection_options
+from tenure.core.pooled import LISTEN_JOIN_SECONDS, PooledService
 from tenure.core.repository import Repository
 from tenure.core.repository.specs import Row
-from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT, SHUTDOWN_DELAY_MAX, Shutdown
+from tenure.core.service import ListenLoop
+from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT, SHUTDOWN_DELAY_MAX
 from tenure.sqs.auth import Credential
 from tenure.sqs.errors import SqsError, missing, no_queue
 from tenure.sqs.metrics import SqsMetrics
@@ -85,7 +83,7 @@ class SqsConfig:
 class Wakeups:
     """Long polls waiting per queue, woken when the database notifies the queue (enqueue,
     release, requeue), and all at once by :meth:`drain`. One thread holds the LISTEN connection
-    and reconnects after an error."""
+    (a :class:`~tenure.core.service.ListenLoop`: reopened with jittered backoff after an error)."""
 
     def __init__(self, config: SqsConfig) -> None:
         self.config = config
@@ -93,15 +91,15 @@ class Wakeups:
         self.waiting: dict[str, set[asyncio.Event]] = {}
         self.draining = False
         """Set by :meth:`drain`: a wait returns at once."""
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="tenure-sqs-listen", daemon=True)
+        self.listen = ListenLoop(dsn=config.dsn, schema=config.schema, application_name="tenure-sqs-listen",
+                                 log=log, on_notify=self._notified)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.thread.start()
+        self.listen.start()
 
     def close(self) -> None:
-        self.stop.set()
+        self.listen.stop_and_join(LISTEN_JOIN_SECONDS)
 
     def waiters(self) -> int:
         return sum(len(v) for v in self.waiting.values())
@@ -130,34 +128,24 @@ class Wakeups:
         for event in self.waiting.get(queue, ()):
             event.set()
 
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                with connect(self.config.dsn, application_name="tenure-sqs-listen") as conn:
-                    Repository(conn, self.config.schema).listen()
-                    while not self.stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            if self.loop is not None:
-                                self.loop.call_soon_threadsafe(self._wake, note.payload)
-            except psycopg.Error as exc:
-                log.warning("sqs: LISTEN connection failed, retrying: %s", str(exc).splitlines()[0] if str(exc) else exc)
-                self.stop.wait(1.0)
+    def _notified(self, queue: str) -> None:
+        """On the LISTEN thread: wake the queue's long polls on the event loop."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._wake, queue)
 
 
-class SqsService:
+class SqsService(PooledService):
     """The shared state: config, pool, HMAC key, wake-ups, and the stop state (its drain wakes
     the long polls)."""
 
     def __init__(self, config: SqsConfig) -> None:
         config.validate()
+        super().__init__(dsn=config.dsn, schema=config.schema, application_name="tenure-sqs",
+                         pool_size=config.pool_size)
         self.config = config
-        self.pool: ConnectionPool[Any] = ConnectionPool(
-            config.dsn, min_size=1, max_size=config.pool_size, open=False, name="tenure-sqs",
-            kwargs={**connection_options(config.dsn), "autocommit": True, "application_name": "tenure-sqs"},
-            connection_class=psycopg.Connection)
         self.key = b""
         self.wakeups = Wakeups(config)
-        self.shutdown = Shutdown()
+        self.listener = self.wakeups.listen
         self.shutdown.on_drain(self.wakeups.drain)
         self.queue_cache: dict[str, tuple[float, Row]] = {}
         """Queue rows by name with their expiry (monotonic): :data:`QUEUE_CACHE_SECONDS`."""
@@ -174,22 +162,13 @@ class SqsService:
         (no capacity limiter, no cancel scope)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    def open(self) -> None:
-        """Open the pool and load (or create) the shared HMAC key; the schema must be current."""
-        self.pool.open(wait=True, timeout=30)
-        with self.repo() as repo:
-            repo.check_schema()
-            self.key = repo.sqs_secret(secrets.token_bytes(32))
+    def on_open(self, repo: Repository) -> None:
+        """Load (or create) the shared HMAC key."""
+        self.key = repo.sqs_secret(secrets.token_bytes(32))
 
     def close(self) -> None:
-        self.wakeups.close()
-        self.pool.close()
+        super().close()
         self.executor.shutdown(wait=False)
-
-    @contextmanager
-    def repo(self) -> Iterator[Repository]:
-        with self.pool.connection() as conn:
-            yield Repository(conn, self.config.schema)
 
 
 @dataclass

@@ -167,31 +167,9 @@ def jobs_bulk(call: Call) -> dict[str, Any]:
     dry_run = _bool(call.body, "dry_run")
     expected, newest = _opt_int(call.body, "expected"), _opt_int(call.body, "newest_id")
     with call.service.connection() as conn:
-        if ids is not None:
-            return _bulk_ids(conn, call, action, ids, dry_run=dry_run, expected=expected)
         report = control.bulk_matching(conn, action, flt, schema=call.schema, requested_by=call.who, dry_run=dry_run,
-                                       expected=expected, newest_id=newest)
+                                       expected=expected, newest_id=newest, ids=ids)
     return {"matched": report.matched, "changed": report.changed, "newest_id": report.newest_id, "dry_run": dry_run}
-
-
-def _bulk_ids(conn: Any, call: Call, action: str, ids: list[int], *, dry_run: bool,
-              expected: int | None) -> dict[str, Any]:
-    from tenure.core.repository import Repository
-    statuses = control.BULK_ACTIONS[action]
-    found = Repository(conn, call.schema).job_statuses(ids)
-    eligible = sorted(i for i, r in found.items() if r["status"] in statuses)
-    if expected is not None and expected != len(eligible):
-        raise control.SetChangedError(f"{len(eligible)} of the selected jobs can be {action}ed now, "
-                                      f"not the {expected} confirmed: nothing was changed")
-    changed = 0
-    if eligible and not dry_run:
-        if action == "cancel":
-            report = control.cancel(conn, eligible, schema=call.schema, requested_by=call.who)
-            changed = len(report.cancelled) + len(report.revoked)
-        else:
-            with conn.transaction():
-                changed = len(Repository(conn, call.schema).retry_jobs(eligible, call.who))
-    return {"matched": len(eligible), "changed": changed, "newest_id": None, "dry_run": dry_run}
 
 
 def dlq_replay(call: Call) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tenure import control
-from tenure.core.errors import ConfigError
+from tenure.core.errors import ConfigError, first_line
 from tenure.ui import api, openapi, pages
 from tenure.ui.auth import AuthError, Identity
 from tenure.ui.filters import FilterError
@@ -135,11 +135,11 @@ def _api_endpoint(handler: api.Handler, mutates: bool) -> Callable[[Request], Aw
         except control.SetChangedError as exc:
             return _error(409, str(exc))
         except (FilterError, ConfigError) as exc:
-            return _error(400, str(exc).splitlines()[0] if str(exc) else "bad request")
+            return _error(400, first_line(exc))
         except psycopg.errors.QueryCanceled:
             return _error(503, "the query took too long and was cancelled: narrow the filter")
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            log.warning("ui: database unavailable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            log.warning("ui: database unavailable: %s", first_line(exc))
             return _error(503, "the database is unavailable; try again")
         except Exception:
             log.exception("ui: %s %s failed", request.method, request.url.path)
@@ -205,9 +205,8 @@ async def asset(request: Request) -> Response:
 async def health(request: Request) -> Response:
     """200 while serving; 503 from SIGTERM on (readiness fails before the drain)."""
     service: UiService = request.app.state.service
-    if service.shutdown.stopping:
-        return PlainTextResponse("stopping\n", status_code=503)
-    return PlainTextResponse("ok\n")
+    status, text = service.health()
+    return PlainTextResponse(text, status_code=status)
 
 
 def _page(name: str) -> Callable[[Request], Awaitable[Response]]:

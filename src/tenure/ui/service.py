@@ -1,5 +1,6 @@
 """What one `tenure ui` process shares between requests: its config, the authenticator, a
-connection pool, and the change feed behind ``GET api/v1/events``."""
+connection pool, and the change feed behind ``GET api/v1/events`` (the pool, the stop state
+and the LISTEN thread are :class:`~tenure.core.pooled.PooledService`'s)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,11 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TypeAlias
 
-import psycopg
-from psycopg_pool import ConnectionPool
-
-from tenure.core.db import connect, connection_options
+from tenure.core.pooled import LISTEN_JOIN_SECONDS, PooledService
 from tenure.core.repository import Repository
-from tenure.core.shutdown import Shutdown
+from tenure.core.service import ListenLoop
 from tenure.ui.auth import Authenticator, load_users
 from tenure.ui.config import UiConfig
 
@@ -32,8 +28,9 @@ Message: TypeAlias = str | None
 class ChangeFeed:
     """New and changed jobs, pushed to every open event stream.
 
-    One thread owns the feed's connection (LISTEN on the wake-up channel, which every enqueue,
-    retry and requeue notifies). On each notification, and every ``feed_poll_seconds`` anyway,
+    One thread owns the feed's connection (a :class:`~tenure.core.service.ListenLoop` on the
+    wake-up channel, which every enqueue, retry and requeue notifies; reopened with jittered
+    backoff after an error). On each notification, and every ``feed_poll_seconds`` anyway,
     :meth:`run_once` reads the newest job id and the job events after the last one seen (both
     walks of a primary key), and publishes one change: the new jobs' range and the ids of jobs
     whose state changed. A claim writes no event: a job that only started running shows up on the
@@ -54,15 +51,17 @@ class ChangeFeed:
         """Whether the feed has read where it starts (the first pass publishes nothing)."""
         self.draining = False
         """Set by :meth:`drain` (on the event loop)."""
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="tenure-ui-feed", daemon=True)
+        self.listen = ListenLoop(dsn=config.dsn, schema=config.schema, application_name="tenure-ui-feed", log=log,
+                                 tick=self.run_once, wait_seconds=config.feed_poll_seconds)
+        """The feed's thread: a pass (:meth:`run_once`) per notification, or per
+        ``feed_poll_seconds`` without one."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.thread.start()
+        self.listen.start()
 
     def close(self) -> None:
-        self.stop.set()
+        self.listen.stop_and_join(LISTEN_JOIN_SECONDS)
 
     def subscribe(self) -> asyncio.Queue[Message]:
         """A stream's queue (on the event loop); it holds :data:`END` at once if the server drains."""
@@ -127,60 +126,18 @@ class ChangeFeed:
             message = json.dumps({"type": "resync"})
         queue.put_nowait(message)
 
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                with connect(self.config.dsn, application_name="tenure-ui-feed") as conn:
-                    repo = Repository(conn, self.config.schema)
-                    repo.listen()
-                    while not self.stop.is_set():
-                        self.run_once(repo)
-                        for _ in conn.notifies(timeout=self.config.feed_poll_seconds, stop_after=1):
-                            pass
-            except psycopg.Error as exc:
-                log.warning("ui: change feed connection failed, retrying: %s", str(exc).splitlines()[0] if str(exc) else exc)
-                self.stop.wait(1.0)
 
-
-class UiService:
+class UiService(PooledService):
     """The shared state of one process: config, authenticator, pool, change feed, and the stop
     state (its drain ends the event streams)."""
 
     def __init__(self, config: UiConfig) -> None:
         config.validate()
+        super().__init__(dsn=config.dsn, schema=config.schema, application_name="tenure-ui",
+                         pool_size=config.pool_size, statement_timeout_seconds=config.statement_timeout_seconds)
         self.config = config
         users = load_users(config.users_file) if config.users_file else None
         self.auth = Authenticator(users=users, trusted_header=config.trusted_user_header, read_only=config.read_only)
-        timeout_ms = int(config.statement_timeout_seconds * 1000)
-        self.pool: ConnectionPool[Any] = ConnectionPool(
-            config.dsn, min_size=1, max_size=config.pool_size, open=False, name="tenure-ui",
-            kwargs={**connection_options(config.dsn), "autocommit": True, "application_name": "tenure-ui",
-                    "options": f"-c statement_timeout={timeout_ms}"},
-            connection_class=psycopg.Connection)
         self.feed = ChangeFeed(config)
-        self.shutdown = Shutdown()
+        self.listener = self.feed.listen
         self.shutdown.on_drain(self.feed.drain)
-        self.opened = False
-
-    def open(self) -> None:
-        """Open the pool; the schema must be current. Idempotent."""
-        if self.opened:
-            return
-        self.pool.open(wait=True, timeout=30)
-        with self.repo() as repo:
-            repo.check_schema()
-        self.opened = True
-
-    def close(self) -> None:
-        self.feed.close()
-        self.pool.close()
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with self.pool.connection() as conn:
-            yield conn
-
-    @contextmanager
-    def repo(self) -> Iterator[Repository]:
-        with self.pool.connection() as conn:
-            yield Repository(conn, self.config.schema)

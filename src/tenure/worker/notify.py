@@ -1,6 +1,7 @@
 """Waking the claim loop: a self-pipe (:class:`Wakeup`) that any thread or signal handler may
 set, and the LISTEN thread (:class:`Listener`) that sets it when the database notifies one of
-this worker's queues (enqueue, release, requeue). Limits: a notification may be lost (a
+this worker's queues (enqueue, release, requeue), on the shared LISTEN loop of
+:mod:`tenure.core.service`. Limits: a notification may be lost (a
 reconnect, a restart); the claim loop's poll interval covers that.
 """
 
@@ -11,14 +12,13 @@ import os
 import select
 import threading
 
-from tenure.core.repository import Repository
-from tenure.core.service import ServiceConnection, run_service
+from tenure.core.service import ListenLoop
 
 log = logging.getLogger("tenure.worker")
 
 NOTIFY_WAIT = 1.0
 """Seconds one wait for notifications lasts before the stop flag is looked at again (a stop
-through :meth:`Listener.stop` ends the wait at once)."""
+through :meth:`Listener.stop_and_join` ends the wait at once)."""
 
 
 class Wakeup:
@@ -69,45 +69,24 @@ class Wakeup:
 
 
 class Listener:
-    """The LISTEN thread: sets ``wakeup`` for notifications naming one of ``queues``, and once
-    after each (re)connect (anything notified meanwhile was missed)."""
+    """The LISTEN thread (a :class:`~tenure.core.service.ListenLoop`): sets ``wakeup`` for
+    notifications naming one of ``queues``, and once after each (re)connect (anything notified
+    meanwhile was missed). The connection is reopened with jittered backoff after an error."""
 
     def __init__(self, *, dsn: str, schema: str, worker_id: str, queues: tuple[str, ...], wakeup: Wakeup,
                  stop: threading.Event) -> None:
         self.schema, self.queues, self.wakeup, self.stop = schema, queues, wakeup, stop
-        self._conn = ServiceConnection(dsn, f"tenure-listen:{worker_id}", stop=stop, log=log)
-        self._listening_on: object = None
-        self._thread: threading.Thread | None = None
-        self._stop_r, self._stop_w = os.pipe()
+        self._loop = ListenLoop(dsn=dsn, schema=schema, application_name=f"tenure-listen:{worker_id}", log=log,
+                                on_notify=self._notified, on_connect=lambda _repo: wakeup.set(),
+                                wait_seconds=NOTIFY_WAIT, stop=stop, thread_name="tenure-listen")
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="tenure-listen", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop_and_join(self, timeout: float) -> None:
         """Set ``stop``, end the current wait for notifications at once and wait for the thread."""
-        self.stop.set()
-        os.write(self._stop_w, b"x")
-        if self._thread is not None:
-            self._thread.join(timeout=timeout)
-        if self._thread is None or not self._thread.is_alive():
-            os.close(self._stop_r)
-            os.close(self._stop_w)
+        self._loop.stop_and_join(timeout)
 
-    def run(self) -> None:
-        run_service("listen", self.step, stop=self.stop, conn=self._conn, log=log)
-
-    def step(self, conn: ServiceConnection) -> float:
-        c = conn.get()
-        if c is not self._listening_on:
-            Repository(c, self.schema).listen()
-            self._listening_on = c
+    def _notified(self, queue: str) -> None:
+        if queue in self.queues:
             self.wakeup.set()
-        readable, _, _ = select.select([c.fileno(), self._stop_r], [], [], NOTIFY_WAIT)
-        if self._stop_r in readable:
-            return 0.0  # stopping: run_service sees the flag
-        if readable:
-            for note in c.notifies(timeout=0):
-                if note.payload in self.queues:
-                    self.wakeup.set()
-        return 0.0
