@@ -20,6 +20,11 @@ Limits:
   (seen by the reaper, which never had the attempt's context) is a short span ``tenure.reap`` in
   the job's trace, a child of the enqueue span, naming the attempt by ``tenure.attempt`` and
   ``tenure.fencing_token``.
+- A message sent through ``tenure sqs`` is traced as an enqueue is (a PRODUCER span ``send
+  <queue>``, its context stored with the job); its parent comes from the message, not from a
+  current span: a W3C ``traceparent`` message attribute, else an X-Ray ``AWSTraceHeader``
+  system attribute (:func:`traceparent_from_xray`); a malformed one is ignored. Each
+  ReceiveMessage delivery is a CONSUMER span ``receive <queue>``, a child of the send span.
 """
 
 from __future__ import annotations
@@ -131,13 +136,14 @@ class ProducerSpan:
             self._span.end()
 
 
-def start_producer(queue: str, task: str) -> ProducerSpan:
-    """Start the PRODUCER span of one enqueue (a child of the caller's current span); the
-    caller ends it (:meth:`ProducerSpan.end`)."""
+def start_producer(queue: str, task: str, *, parent: str | None = None) -> ProducerSpan:
+    """Start the PRODUCER span of one enqueue, a child of ``parent`` (a W3C traceparent, as
+    :func:`parse_traceparent` returns) when given, else of the caller's current span; the caller
+    ends it (:meth:`ProducerSpan.end`)."""
     if not enabled():
         return ProducerSpan(None)
     span = _tracer().start_span(
-        f"send {queue}", kind=_state["trace"].SpanKind.PRODUCER,
+        f"send {queue}", context=_extract(parent) if parent else None, kind=_state["trace"].SpanKind.PRODUCER,
         attributes={"messaging.system": SYSTEM, "messaging.destination.name": queue,
                     "messaging.operation.type": "send", "messaging.operation.name": "send",
                     "tenure.task": task})
@@ -155,6 +161,57 @@ def producer(queue: str, task: str) -> Iterator[ProducerSpan]:
         raise
     finally:
         span.end()
+
+
+# -- parents carried by a message (tenure sqs) ---------------------------------------------------
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _hex_id(value: str, length: int) -> bool:
+    """``length`` lower-case hex digits, not all zero (W3C: an all-zero id is invalid)."""
+    return len(value) == length and _HEX.issuperset(value) and value.strip("0") != ""
+
+
+def parse_traceparent(value: object) -> str | None:
+    """``value`` as a canonical W3C traceparent (``00-<trace id>-<span id>-<flags>``, only the
+    sampled flag kept), or None when it is not one (wrong shape, version ``ff``, upper-case or
+    all-zero ids). A later version's extra fields are ignored, as W3C Trace Context says."""
+    if not isinstance(value, str):
+        return None
+    parts = value.strip().split("-")
+    if len(parts) < 4:
+        return None
+    version, trace_id, span_id, flags = parts[:4]
+    if len(version) != 2 or not _HEX.issuperset(version) or version == "ff" or (version == "00" and len(parts) != 4):
+        return None
+    if not _hex_id(trace_id, 32) or not _hex_id(span_id, 16) or len(flags) != 2 or not _HEX.issuperset(flags):
+        return None
+    return f"00-{trace_id}-{span_id}-{int(flags, 16) & 1:02x}"
+
+
+def traceparent_from_xray(header: object) -> str | None:
+    """An AWS X-Ray trace header (``Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;
+    Sampled=1``) as a W3C traceparent, or None when it is malformed or has no ``Parent``.
+
+    The trace id is the Root's 8 hex digits of epoch and its 24 of unique id (32 in all), the
+    span id the ``Parent``; sampled only with ``Sampled=1``: ``0``, ``?`` and no ``Sampled``
+    give a parent that is not sampled, as OpenTelemetry's X-Ray propagator reads them. Other
+    fields (``Self``, ``Lineage``, ...) are ignored."""
+    if not isinstance(header, str):
+        return None
+    fields: dict[str, str] = {}
+    for part in header.split(";"):
+        key, sep, value = part.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip()
+    root = fields.get("Root", "").lower().split("-")
+    if len(root) != 3 or root[0] != "1" or len(root[1]) != 8 or len(root[2]) != 24:
+        return None
+    trace_id, span_id = root[1] + root[2], fields.get("Parent", "").lower()
+    if not _hex_id(trace_id, 32) or not _hex_id(span_id, 16):
+        return None
+    return f"00-{trace_id}-{span_id}-{'01' if fields.get('Sampled') == '1' else '00'}"
 
 
 # -- attempts -----------------------------------------------------------------------------------
@@ -273,6 +330,24 @@ def start_attempt(*, queue: str, task: str, job_id: int, attempt: int, fence: in
                     "messaging.message.id": str(job_id), "tenure.task": task, "tenure.attempt": attempt,
                     "tenure.fencing_token": fence, "tenure.worker_id": worker_id})
     return AttemptSpan(span)
+
+
+def record_receive(*, queue: str, task: str, job_id: int, attempt: int, fence: int,
+                   trace_context: str | None, worker_id: str, start_time: int | None = None) -> None:
+    """The CONSUMER span ``receive <queue>`` of one message delivered by ReceiveMessage (its
+    attempt ``attempt``), a child of the send span carried by ``trace_context``, like a worker's
+    attempt; it covers the claim (from ``start_time``, ns since the epoch) and ends at once: what
+    the SQS client then does with the message is its own to trace."""
+    if not enabled():
+        return
+    span = _tracer().start_span(
+        f"receive {queue}", context=_extract(trace_context), kind=_state["trace"].SpanKind.CONSUMER,
+        start_time=start_time,
+        attributes={"messaging.system": SYSTEM, "messaging.destination.name": queue,
+                    "messaging.operation.type": "receive", "messaging.operation.name": "receive",
+                    "messaging.message.id": str(job_id), "tenure.task": task, "tenure.attempt": attempt,
+                    "tenure.fencing_token": fence, "tenure.worker_id": worker_id})
+    span.end()
 
 
 # -- outside the attempt ------------------------------------------------------------------------

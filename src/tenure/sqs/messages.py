@@ -1,18 +1,26 @@
 """The message actions. SendMessage(Batch) inserts jobs; ReceiveMessage claims them (the
 visibility timeout is the lease, the receipt handle seals the lock token); DeleteMessage(Batch)
 is a fenced completion and ChangeMessageVisibility(Batch) a fenced lease change. The long-poll
-loop of ReceiveMessage is in :mod:`tenure.sqs.app`; :func:`receive_once` is one attempt."""
+loop of ReceiveMessage is in :mod:`tenure.sqs.app`; :func:`receive_once` is one attempt.
+
+Traced as ``tenure enqueue`` and the worker are (:mod:`tenure.core.tracing`): each message sent
+is a PRODUCER span ``send <queue>`` whose context is stored with the job, a child of the
+message's ``traceparent`` message attribute, else of its ``AWSTraceHeader`` system attribute
+(:func:`trace_parent`); each message received is a CONSUMER span ``receive <queue>``, a child of
+its send span."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tenure.core.repository import MAX_ATTEMPTS_LIMIT, ClaimedJob, Repository
+from tenure.core import tracing
+from tenure.core.repository import MAX_ATTEMPTS_LIMIT, SQS_TASK, ClaimedJob, Repository
 from tenure.core.repository.specs import Row
 from tenure.sqs import params as p
 from tenure.sqs.errors import SqsError, invalid, missing
@@ -89,13 +97,53 @@ def _outgoing(call: Call, queue: Row, entry: Mapping[str, Any], entry_id: str | 
     return Outgoing(entry_id, payload, delay, reply)
 
 
+TRACEPARENT_ATTRIBUTE = "traceparent"
+"""The message attribute (DataType String) that carries a W3C parent of the send span."""
+
+
+def trace_parent(payload: Mapping[str, Any]) -> str | None:
+    """The parent of a message's send span, as a W3C traceparent: its ``traceparent`` message
+    attribute (a String) when that is valid, else its ``AWSTraceHeader`` system attribute
+    converted from X-Ray's format (:func:`tracing.traceparent_from_xray`), else None (the send
+    span is then a root). A malformed carrier is ignored, never an error to the client."""
+    attr = (payload.get("attributes") or {}).get(TRACEPARENT_ATTRIBUTE)
+    if attr and str(attr.get("DataType", "")).startswith("String"):
+        parent = tracing.parse_traceparent(attr.get("StringValue"))
+        if parent is not None:
+            return parent
+    header = (payload.get("system_attributes") or {}).get("AWSTraceHeader")
+    return tracing.traceparent_from_xray(header.get("StringValue")) if header else None
+
+
 def _insert(call: Call, repo: Repository, queue: Row, items: list[Outgoing]) -> list[int]:
     """Insert messages; a FIFO duplicate (same deduplication id within 5 minutes) is not
-    inserted again and gets the id of the first."""
+    inserted again and gets the id of the first. Traced: one PRODUCER span per message (a
+    duplicate's is marked ``tenure.deduplicated``)."""
+    name = queue["name"]
+    spans = ([tracing.start_producer(name, SQS_TASK, parent=trace_parent(o.payload)) for o in items]
+             if tracing.enabled() else [])
+    try:
+        ids, created = _write(repo, queue, items, [s.traceparent for s in spans] if spans else None)
+    except BaseException as exc:
+        for span in spans:
+            span.failed(exc)
+        raise
+    else:
+        for span, job_id, new in zip(spans, ids, created):
+            span.sent(job_id, created=new)
+    finally:
+        for span in spans:
+            span.end()
+    return ids
+
+
+def _write(repo: Repository, queue: Row, items: list[Outgoing],
+           contexts: list[str | None] | None) -> tuple[list[int], list[bool]]:
+    """The job id of each message, and whether it was inserted (False: a FIFO duplicate)."""
     name = queue["name"]
     texts = [json.dumps(o.payload, ensure_ascii=False) for o in items]
     if not queue["fifo"]:
-        return repo.sqs_send(name, texts, [o.delay for o in items], MAX_ATTEMPTS_LIMIT)
+        return repo.sqs_send(name, texts, [o.delay for o in items], MAX_ATTEMPTS_LIMIT, contexts), [True] * len(items)
     with repo.conn.transaction():
         repo.sqs_fifo_lock(name, "send")
         known = repo.sqs_dedup_lookup(name, [o.payload["dedup"] for o in items])
@@ -105,11 +153,13 @@ def _insert(call: Call, repo: Repository, queue: Row, items: list[Outgoing]) -> 
             if item.payload["dedup"] not in seen:
                 seen.add(item.payload["dedup"])
                 new.append(i)
-        ids = repo.sqs_send(name, [texts[i] for i in new], [items[i].delay for i in new], MAX_ATTEMPTS_LIMIT)
+        ids = repo.sqs_send(name, [texts[i] for i in new], [items[i].delay for i in new], MAX_ATTEMPTS_LIMIT,
+                            [contexts[i] for i in new] if contexts is not None else None)
         created = {items[i].payload["dedup"]: job for i, job in zip(new, ids)}
         repo.sqs_dedup_record(name, created)
         known.update(created)
-    return [known[o.payload["dedup"]] for o in items]
+    inserted = set(new)
+    return [known[o.payload["dedup"]] for o in items], [i in inserted for i in range(len(items))]
 
 
 def _sent_reply(queue: Row, item: Outgoing, job_id: int) -> Reply:
@@ -243,11 +293,16 @@ def _receive(call: Call, req: ReceiveRequest, repo: Repository) -> list[Reply]:
     """Expired visibility first (redrive past maxReceiveCount), the claim (the FIFO lane on a
     FIFO queue) and the first receives: one round trip (:meth:`Repository.sqs_receive`)."""
     target = p.redrive_target(req.queue["attributes"])
+    started = time.time_ns()
     jobs, times = repo.sqs_receive(WORKER_ID, req.queue["name"], req.limit, float(req.visibility),
                                    fifo=bool(req.queue["fifo"]), dlq=target[0] if target else None,
                                    max_receive=target[1] if target else None)
     if jobs and req.visibility == 0:  # received, and visible again at once
         repo.sqs_change_visibility(WORKER_ID, [(j.id, j.lock_token, 0.0) for j in jobs], VISIBILITY_CAP_SECONDS)
+    if jobs and tracing.enabled():
+        for j in jobs:
+            tracing.record_receive(queue=j.queue, task=j.task, job_id=j.id, attempt=j.attempt, fence=j.fence,
+                                   trace_context=j.trace_context, worker_id=WORKER_ID, start_time=started)
     return [_message(call, req, j, times.get(j.id, (0, 0))) for j in jobs]
 
 

@@ -76,11 +76,17 @@ class SqsQueries(RepositoryBase):
     def sqs_dead_letter_sources(self, arn: str) -> list[str]:
         return [r["name"] for r in self._rows("sqs_queue_dead_letter_sources", {"arn": arn})]
 
-    def sqs_send(self, queue: str, payloads: Sequence[str], delays: Sequence[float], max_attempts: int) -> list[int]:
-        """Insert messages (JSON payload texts) in order; their job ids, in the same order."""
+    def sqs_send(self, queue: str, payloads: Sequence[str], delays: Sequence[float], max_attempts: int,
+                 trace_contexts: Sequence[str | None] | None = None) -> list[int]:
+        """Insert messages (JSON payload texts) in order; their job ids, in the same order.
+        ``trace_contexts`` (one W3C traceparent or None per message: its send span) go into
+        ``jobs.trace_context``, so the attempts of each message are children of its send span."""
+        contexts = list(trace_contexts) if trace_contexts is not None else [None] * len(payloads)
+        if len(contexts) != len(payloads):
+            raise ValueError(f"sqs_send: {len(payloads)} payloads but {len(contexts)} trace contexts")
         rows = self._rows("sqs_message_send", {"queue": queue, "task": SQS_TASK, "payloads": list(payloads),
                                                "delays": [float(d) for d in delays], "max_attempts": max_attempts,
-                                               "channel": self.channel})
+                                               "trace_contexts": contexts, "channel": self.channel})
         return [int(r["id"]) for r in rows]
 
     def sqs_fifo_lock(self, queue: str, lane: str) -> None:
