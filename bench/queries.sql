@@ -175,33 +175,22 @@ RETURNING j.id;
 -- Forget the statement statistics of the whole server (pg_stat_statements), before a traced drain.
 SELECT pg_stat_statements_reset();
 
--- name: statements_slowest
--- The statements of this database with the longest single call since the reset: calls, mean and longest call in ms, and the start of each text.
-SELECT calls, round(mean_exec_time::numeric, 2)::float8 AS mean_ms, round(max_exec_time::numeric, 2)::float8 AS max_ms,
-       left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query
+-- name: statements_top
+-- The statements of this database since the reset: calls, total, mean and longest call in ms, and the start of each text (the caller ranks them by the longest call and by the total).
+SELECT calls, round(total_exec_time::numeric, 1)::float8 AS total_ms, round(mean_exec_time::numeric, 3)::float8 AS mean_ms,
+       round(max_exec_time::numeric, 2)::float8 AS max_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query
 FROM pg_stat_statements
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls > 0
-ORDER BY max_exec_time DESC
-LIMIT %(limit)s;
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls > 0;
 
 -- name: tenure_completion_longest
 -- tenure's completion statement (job_complete_many) since the reset: calls and its longest call in ms.
 SELECT coalesce(sum(calls), 0)::bigint AS calls, coalesce(max(max_exec_time), 0)::float8 AS max_ms
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND query LIKE '%%DELETE FROM "tenure".jobs%%' AND query LIKE '%%INSERT INTO "tenure".job_history%%';
+  AND query LIKE '%%DELETE FROM {schema}.jobs%%' AND query LIKE '%%INSERT INTO {schema}.job_history%%';
 
 -- name: tenure_held_per_worker
 -- Jobs each tenure worker holds now (status running: handlers in flight plus finished jobs whose outcome is not yet written), the largest of them.
 SELECT coalesce(max(n), 0)::int AS held FROM (
-    SELECT count(*) AS n FROM tenure.jobs WHERE status = 'running' GROUP BY locked_by
+    SELECT count(*) AS n FROM {schema}.jobs WHERE status = 'running' GROUP BY locked_by
 ) w;
-
--- name: statements_budget
--- The statements of this database that took the most time in total since the reset: calls, and total execution time in ms (divided by the jobs drained, the time budget per job, statement by statement).
-SELECT calls, round(total_exec_time::numeric, 1)::float8 AS total_ms, round(mean_exec_time::numeric, 3)::float8 AS mean_ms,
-       left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query
-FROM pg_stat_statements
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls > 0
-ORDER BY total_exec_time DESC
-LIMIT %(limit)s;

@@ -118,10 +118,10 @@ def traced_drain(server: Any, key: str, jobs: int, *, payload_bytes: int = 0) ->
     result = SustainedResult(key, jobs, shape, r.e2e_rate, r.e2e_seconds, r.steady_rate, r.worker_cpu_per_job_us,
                              r.db_cpu_per_job_us, v1[0] - v0[0], v1[1] - v0[1], v1[2] - v0[2], samples)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        result.slowest = [dict(zip(("calls", "mean_ms", "max_ms", "query"), row))
-                          for row in conn.execute(q["statements_slowest"], {"limit": 5}).fetchall()]
-        result.budget = [dict(zip(("calls", "total_ms", "mean_ms", "query"), row))
-                         for row in conn.execute(q["statements_budget"], {"limit": 6}).fetchall()]
+        statements = [dict(zip(("calls", "total_ms", "mean_ms", "max_ms", "query"), row))
+                      for row in conn.execute(q["statements_top"]).fetchall()]
+        result.slowest = sorted(statements, key=lambda s: -s["max_ms"])[:5]
+        result.budget = sorted(statements, key=lambda s: -s["total_ms"])[:6]
         if c.system == "tenure":
             row = conn.execute(q["tenure_completion_longest"], {}).fetchone()
             if row is not None:

@@ -1,11 +1,15 @@
-"""An in-process burst worker for the integration tests that need the whole runtime."""
+"""An in-process burst worker for the integration tests that need the whole runtime, and an
+in-process answer to the heartbeat statement for unit tests."""
 
 from __future__ import annotations
 
 import threading
+import uuid
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from tenure.core.repository import HeartbeatOutcome
 from tenure.worker.app import App
 from tenure.worker.heartbeat import HeartbeatConfig
 from tenure.worker.runtime import Worker, WorkerConfig
@@ -19,3 +23,17 @@ def run_burst_worker(app: App, dsn: str, schema: str, *, timeout: float = 60) ->
     thread.start()
     thread.join(timeout=timeout)
     assert not thread.is_alive(), "burst worker did not finish"
+
+
+class RenewingRepo:
+    """The heartbeat statement, answered in-process for unit tests: every lease given is
+    renewed for 60 s, and each call's (id, token) pairs are kept in :attr:`sent`."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[tuple[int, uuid.UUID]]] = []
+
+    def heartbeat(self, worker_id: str, held: list[tuple[int, uuid.UUID]], *args: Any,
+                  **kwargs: Any) -> list[HeartbeatOutcome]:
+        self.sent.append(list(held))
+        return [HeartbeatOutcome(jid, "renewed", None, 60.0) for jid, _ in held]
+

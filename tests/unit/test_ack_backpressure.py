@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from support.workers import RenewingRepo
 from tenure.core.repository import ClaimedJob, HeartbeatOutcome
 from tenure.worker.acker import ACK_BATCH_MAX_DEFAULT, Acker
 from tenure.worker.context import JobContext
@@ -95,17 +96,6 @@ def test_the_drain_keeps_released_jobs_leased_until_their_release_is_written() -
     assert not slots.busy()
 
 
-class _Repo:
-    """The heartbeat's statement, answered here: every lease given is renewed."""
-
-    def __init__(self) -> None:
-        self.sent: list[list[tuple[int, uuid.UUID]]] = []
-
-    def heartbeat(self, worker_id: str, held: list[tuple[int, uuid.UUID]], *args: Any, **kwargs: Any) -> list[HeartbeatOutcome]:
-        self.sent.append(list(held))
-        return [HeartbeatOutcome(jid, "renewed", None, 60.0) for jid, _ in held]
-
-
 def test_the_heartbeat_renews_finished_jobs_whose_outcome_is_unwritten() -> None:
     slots = Slots(4)
     running, finished = _ctx(1), _ctx(2)
@@ -114,7 +104,7 @@ def test_the_heartbeat_renews_finished_jobs_whose_outcome_is_unwritten() -> None
     lost: list[Any] = []
     beat = Heartbeater(HeartbeatConfig(lease=3, interval=1), dsn="", schema="s", worker_id="w",
                        slots=slots, metrics=None, on_lost=lambda *a, **k: lost.append(a))
-    repo = _Repo()
+    repo = RenewingRepo()
     beat._repo = lambda: repo  # type: ignore[method-assign,assignment]
     before = finished.lease_deadline
     assert beat.run_once() == 0
@@ -139,7 +129,7 @@ def test_a_finished_job_past_its_deadline_is_renewed_not_reported_lost() -> None
     beat = Heartbeater(HeartbeatConfig(lease=3, interval=1), dsn="", schema="s", worker_id="w",
                        slots=slots, metrics=None, on_lost=lambda *a, **k: lost.append(a))
     assert beat._until_next_deadline() == float("inf"), "a deadline already past does not make the loop spin"
-    repo = _Repo()
+    repo = RenewingRepo()
     beat._repo = lambda: repo  # type: ignore[method-assign,assignment]
     assert beat.run_once() == 0 and lost == []
     assert [jid for jid, _ in repo.sent[0]] == [1]
@@ -151,7 +141,7 @@ def test_busy_rows_are_neither_renewed_nor_lost() -> None:
     slots.take(ctx)
     before = ctx.lease_deadline
 
-    class Busy(_Repo):
+    class Busy(RenewingRepo):
         def heartbeat(self, worker_id: str, held: list[tuple[int, uuid.UUID]], *args: Any,
                       **kwargs: Any) -> list[HeartbeatOutcome]:
             return [HeartbeatOutcome(jid, "busy", None, None) for jid, _ in held]

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from support.workers import RenewingRepo
 from tenure.core.errors import LeaseLost
-from tenure.core.repository import ClaimedJob, HeartbeatOutcome
+from tenure.core.repository import ClaimedJob
 from tenure.worker.context import JobContext
 from tenure.worker.heartbeat import HeartbeatConfig, Heartbeater
 from tenure.worker.slots import Slots
@@ -65,15 +66,6 @@ def test_wait_follows_a_renewed_deadline() -> None:
         renewer.join()
 
 
-class _Repo:
-    def __init__(self) -> None:
-        self.sent: list[list[tuple[int, uuid.UUID]]] = []
-
-    def heartbeat(self, worker_id: str, held: list[tuple[int, uuid.UUID]], *args: Any, **kwargs: Any) -> list[HeartbeatOutcome]:
-        self.sent.append(list(held))
-        return [HeartbeatOutcome(jid, "renewed", None, 60.0) for jid, _ in held]
-
-
 def test_heartbeat_signals_an_overdue_lease_without_asking_the_database() -> None:
     """After a freeze the heartbeat must not trust a lease whose deadline passed: lost at once
     (the statement still carries it, so the database's verdict is recorded as evidence)."""
@@ -84,7 +76,7 @@ def test_heartbeat_signals_an_overdue_lease_without_asking_the_database() -> Non
     slots.take(ctx)
     beat = Heartbeater(HeartbeatConfig(lease=3, interval=1), dsn="", schema="s", worker_id="w",
                        slots=slots, metrics=None, on_lost=lambda c, why, local=False: lost.append((why, local)))
-    repo = _Repo()
+    repo = RenewingRepo()
     beat._repo = lambda: repo  # type: ignore[method-assign]
     assert beat.run_once() == 1
     assert len(lost) == 1 and "deadline" in lost[0][0] and lost[0][1] is True, "a local judgement"
