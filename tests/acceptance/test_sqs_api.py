@@ -415,3 +415,27 @@ def test_binary_md5_helper_matches_base64_storage() -> None:
     stored = {"b": {"DataType": "Binary", "BinaryValue": base64.b64encode(b"\x01\x02").decode()},
               "a": attrs["a"]}
     assert md5_of_attributes(stored) == md5_attributes(attrs)
+
+
+def test_a_long_poll_whose_client_left_takes_no_message(sqs: Any) -> None:
+    """A client that gives up its long poll (a killed consumer, a closed connection) must not
+    have a message claimed for it: nobody would read the receipt, and the message would stay
+    invisible for a whole visibility timeout. Found with Celery: a SIGKILLed worker's task came
+    back one visibility timeout late."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    url = sqs.create_queue(QueueName="left", Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
+    endpoint = urlsplit(sqs.meta.endpoint_url)
+    body = json.dumps({"QueueUrl": url, "WaitTimeSeconds": 20}).encode()
+    request = (f"POST / HTTP/1.1\r\nHost: {endpoint.netloc}\r\nContent-Type: application/x-amz-json-1.0\r\n"
+               f"X-Amz-Target: AmazonSQS.ReceiveMessage\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    with socket.create_connection((endpoint.hostname, endpoint.port)) as conn:
+        conn.sendall(request)
+        time.sleep(0.5)  # the poll is waiting on the server
+    time.sleep(0.5)  # the client is gone
+    sqs.send_message(QueueUrl=url, MessageBody="for whoever is still there")
+    time.sleep(0.5)  # the abandoned poll would have been woken by now
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2).get("Messages", [])
+    assert [m["Body"] for m in got] == ["for whoever is still there"], "the message went to a client that left"

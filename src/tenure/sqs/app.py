@@ -59,18 +59,26 @@ async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     """Claim until a message arrives or WaitTimeSeconds pass, waking on the queue's NOTIFY (and
     re-checking every ``long_poll_recheck`` seconds for delays and visibility timeouts that end).
     Once the server drains (SIGTERM), a long poll is answered at once with no messages, as SQS
-    answers one whose wait ran out: the client polls again, through another replica."""
+    answers one whose wait ran out: the client polls again, through another replica. A long poll
+    whose client has gone claims nothing more: a message it took would stay invisible, its
+    receipt read by nobody, until its visibility timeout ended."""
     service = call.service
     req, found = await service.run(messages.receive_first, call, params)
     deadline = time.monotonic() + req.wait
-    while not found and not service.shutdown.draining:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        await service.wakeups.wait(req.queue["name"], min(left, call.config.long_poll_recheck))
-        if service.shutdown.draining:
-            break
-        found = await service.run(messages.receive_once, call, req)
+    # After the body, the next ASGI message of a request is its disconnect.
+    gone = asyncio.ensure_future(call.receive()) if not found and req.wait > 0 and call.receive else None
+    try:
+        while not found and not service.shutdown.draining:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await service.wakeups.wait(req.queue["name"], min(left, call.config.long_poll_recheck))
+            if service.shutdown.draining or (gone is not None and gone.done()):
+                break
+            found = await service.run(messages.receive_once, call, req)
+    finally:
+        if gone is not None and not gone.done():
+            gone.cancel()
     return {"Messages": found} if found else {}
 
 
@@ -149,7 +157,7 @@ async def _answer(service: SqsService, scope: Scope, receive: Receive) -> tuple[
     action = target.removeprefix("AmazonSQS.") if json_protocol else "unknown"
     try:
         body = await _body(receive)
-        call = Call(service, _base_url(scope), None, _path_queue(scope))
+        call = Call(service, _base_url(scope), None, _path_queue(scope), receive)
         _authenticate(call, scope, body)
         if json_protocol:
             params = _json_params(body)

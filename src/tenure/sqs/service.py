@@ -180,6 +180,9 @@ class Call:
     credential: Credential | None
     path_queue: str | None = None
     """The queue named by the request path (query protocol: POST /ACCOUNT/QUEUE)."""
+    receive: Any = None
+    """The request's ASGI ``receive`` once its body is read (None outside a request): a long poll
+    watches it for the client's disconnect."""
 
     @property
     def config(self) -> SqsConfig:
