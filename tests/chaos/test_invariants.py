@@ -133,7 +133,8 @@ def test_no_rejection_is_required_from_a_process_that_was_gone_before_it_could_w
 
 
 def test_job_control_invariants_catch_resurrected_cancels_paused_claims_and_lost_timeouts() -> None:
-    from tenure.chaos.invariants import Verdict, check_job_control
+    from tenure.chaos.invariants import Verdict
+    from tenure.chaos.invariants_control import check_job_control
 
     jobs = [{"id": 1, "status": "cancelled"}, {"id": 2, "status": "completed"}, {"id": 3, "status": "cancelled"},
             {"id": 4, "status": "completed"}, {"id": 5, "status": "completed"}]

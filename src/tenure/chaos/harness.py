@@ -48,7 +48,8 @@ from tenure.chaos import QUEUE, TIMED_TASK
 from tenure.chaos.config import ChaosConfig
 from tenure.chaos.faults import FaultPlan, Injector, make_plan, skew_for, skew_method, upstream, worker_env
 from tenure.chaos.fleet import Fleet
-from tenure.chaos.invariants import Verdict, check_all, check_job_control
+from tenure.chaos.invariants import Verdict, check_all
+from tenure.chaos.invariants_control import check_job_control
 from tenure.chaos.journal import Journal
 from tenure.chaos.loop import Cadence, Hooks, Progress, run_until_settled
 from tenure.chaos.producer import Pace, Producer
