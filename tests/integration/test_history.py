@@ -1,13 +1,17 @@
 """Where finished jobs live (0009): completions move jobs into job_history's day partitions,
 readers see both tables, keys keep deduplicating, pre-0009 rows move in batches, retention drops
-whole partitions."""
+whole partitions; `jobs`, `job_history` and `all_jobs` keep the same columns."""
 
 from __future__ import annotations
 
+import argparse
+import re
 import uuid
 
 import pytest
 
+from tenure.cli.history import cmd_history_move
+from tenure.cli.prune import cmd_prune
 from tenure.core.db import Connection
 from tenure.core.repository import JobFilter, Repository
 
@@ -163,3 +167,75 @@ def test_a_completion_deletes_the_message_receipt_with_its_job(conn: Connection,
     assert conn.execute(f'SELECT count(*) AS n FROM "{schema}".sqs_receipts').fetchone()["n"] == 1  # type: ignore[index]
     assert repo.complete_many(WORKER, [(job.id, job.lock_token)]) == {job.id: True}
     assert conn.execute(f'SELECT count(*) AS n FROM "{schema}".sqs_receipts').fetchone()["n"] == 0  # type: ignore[index]
+
+
+def column_differences(conn: Connection, schema: str) -> list[str]:
+    """How ``job_history`` and the ``all_jobs`` view differ from ``jobs`` in their columns (names,
+    types, order; from information_schema): every move copies whole rows (``INSERT … SELECT *``),
+    so a column added to ``jobs`` must be added to ``job_history`` in the same migration, and the
+    view recreated. Empty when they agree."""
+    def columns(table: str) -> list[str]:
+        rows = conn.execute("SELECT column_name, data_type, udt_name FROM information_schema.columns "
+                            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                            (schema, table)).fetchall()
+        assert rows, f"no table {table}"
+        return [f"{r['column_name']} {r['data_type']} ({r['udt_name']})" for r in rows]
+
+    jobs = columns("jobs")
+    found = []
+    for other in ("job_history", "all_jobs"):
+        theirs = columns(other)
+        if theirs != jobs:
+            missing = [c for c in jobs if c not in theirs]
+            extra = [c for c in theirs if c not in jobs]
+            found.append(f"{other} differs from jobs: missing {missing}, extra {extra}"
+                         + ("" if missing or extra else f", order {theirs}"))
+    return found
+
+
+def test_jobs_and_job_history_have_the_same_columns(conn: Connection, schema: str) -> None:
+    """Fails when a migration adds (or changes) a column of one table and not the other."""
+    assert column_differences(conn, schema) == []
+
+
+def test_the_column_comparison_reports_a_column_added_to_jobs_only(conn: Connection, schema: str) -> None:
+    conn.execute(f'ALTER TABLE "{schema}".jobs ADD COLUMN note text')
+    diffs = column_differences(conn, schema)
+    assert len(diffs) == 2 and all("missing ['note text (text)']" in d for d in diffs), diffs
+    conn.execute(f'ALTER TABLE "{schema}".job_history ADD COLUMN note text')
+    assert [d.split()[0] for d in column_differences(conn, schema)] == ["all_jobs"], "the view is not recreated yet"
+    conn.execute(f'CREATE OR REPLACE VIEW "{schema}".all_jobs AS '
+                 f'SELECT * FROM "{schema}".jobs UNION ALL SELECT * FROM "{schema}".job_history')
+    assert column_differences(conn, schema) == []
+    conn.execute(f'ALTER TABLE "{schema}".jobs ADD COLUMN a int, ADD COLUMN b int, ADD COLUMN c text')
+    conn.execute(f'ALTER TABLE "{schema}".job_history ADD COLUMN b int, ADD COLUMN a int, ADD COLUMN c varchar(20)')
+    (diff, _view) = column_differences(conn, schema)
+    assert diff.startswith("job_history") and "missing ['c text (text)']" in diff, "a type is compared"
+    conn.execute(f'ALTER TABLE "{schema}".job_history ALTER COLUMN c TYPE text')
+    (diff, _view) = column_differences(conn, schema)
+    assert diff.startswith("job_history") and ", order [" in diff, "so is the order"
+
+
+def test_tenure_history_move_moves_every_legacy_row_and_reports_it(conn: Connection, schema: str, dsn: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _legacy_completed(conn, schema, 25, days_ago=3)
+    assert cmd_history_move(argparse.Namespace(database_url=dsn, dsn=dsn, schema=schema, batch=10, pause=0.0)) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"moved 25 completed job\(s\) into job_history in 3 batch\(es\), \d+\.\d s(, [\d,]+/s)?\n",
+                        out), out
+    assert conn.execute(f"SELECT count(*) AS n FROM \"{schema}\".jobs").fetchone()["n"] == 0  # type: ignore[index]
+
+
+def test_tenure_prune_drops_partitions_and_deletes_the_rest(conn: Connection, schema: str, dsn: str,
+                                                            repo: Repository, capsys: pytest.CaptureFixture[str]) -> None:
+    _legacy_completed(conn, schema, 5, days_ago=10)
+    repo.history_move_batch(100)
+    _legacy_completed(conn, schema, 3, days_ago=10)  # still in jobs: deleted row by row
+    cancelled = repo.enqueue("t", {}).id
+    conn.execute(f"UPDATE \"{schema}\".jobs SET status = 'cancelled', cancelled_at = now() - interval '10 days' "
+                 f"WHERE id = %s", (cancelled,))
+    assert cmd_prune(argparse.Namespace(database_url=dsn, dsn=dsn, schema=schema, older_than=5 * 86400.0,
+                                        batch=2)) == 0
+    assert capsys.readouterr().out == ("pruned 8 completed job(s) (1 history partition(s) dropped), 1 cancelled "
+                                       "job(s) and 0 stale worker row(s)\n")
+    assert repo.get_job(cancelled) is None

@@ -3,16 +3,16 @@
 ``move`` is the online part of migration 0009: it moves the completed jobs still in ``jobs``
 into ``job_history`` in batches (each one short transaction that locks only its own rows), until
 none is left, and reports the rate. Every reaper cycle also moves a batch, so running it is
-optional; it is the fast way on a big installation. ``status`` lists the partitions."""
+optional; it is the fast way on a big installation. ``status`` lists the partitions. The walk
+itself is :func:`tenure.reaper.history.move_legacy` (the reaper's batch takes the same steps)."""
 
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 from tenure.cli.common import command, duration, open_repo, positive_int, print_json, subcommands, table
-from tenure.core.repository import HISTORY_MOVE_BATCH_DEFAULT
+from tenure.reaper.history import HISTORY_MOVE_BATCH_DEFAULT, move_legacy
 
 ORDER = 82
 
@@ -32,23 +32,11 @@ def register(sub: Any) -> None:
 
 def cmd_history_move(args: argparse.Namespace) -> int:
     conn, repo = open_repo(args)
-    moved = batches = 0
-    started = time.monotonic()
     with conn:
-        repo.history_ensure()
-        after_id = 0
-        while True:
-            n, last_id = repo.history_move_batch(args.batch, after_id=after_id)
-            if last_id == after_id:
-                break
-            moved += n
-            batches += 1
-            after_id = last_id
-            if args.pause:
-                time.sleep(args.pause)
-    elapsed = time.monotonic() - started
-    rate = f", {moved / elapsed:,.0f}/s" if moved and elapsed > 0 else ""
-    print(f"moved {moved} completed job(s) into job_history in {batches} batch(es), {elapsed:.1f} s{rate}")
+        done = move_legacy(repo, batch=args.batch, pause=args.pause)
+    rate = f", {done.moved / done.seconds:,.0f}/s" if done.moved and done.seconds > 0 else ""
+    print(f"moved {done.moved} completed job(s) into job_history in {done.batches} batch(es), "
+          f"{done.seconds:.1f} s{rate}")
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from tenure.cli.common import command, open_repo
+from tenure.reaper.history import ensure_partitions
 
 ORDER = 10
 
@@ -19,6 +20,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     with conn:
         applied = repo.migrate()
         version = repo.schema_version()
-        repo.history_ensure()  # the day partitions of job_history around today (0009)
+        ensure_partitions(repo)  # the day partitions of job_history around today (0009)
     print(f"schema {args.schema!r} at version {version}" + (f" (applied {applied})" if applied else " (up to date)"))
     return 0

@@ -198,8 +198,9 @@ class Worker:
         repo.check_schema()
         if repo.refresh_stale_claim_statistics():
             log.info("analyzed the jobs table: its statistics lagged a bulk enqueue")
-        # The day partitions of job_history this worker's completions go to (best effort: logged
-        # and ignored without the CREATE privilege; moving pre-0009 rows is the reaper's job).
+        # The day partitions of job_history this worker's completions go to (reaper/history.py;
+        # best effort: logged and ignored without the CREATE privilege; moving pre-0009 rows is
+        # the reaper's job).
         HistoryKeeper(HistoryConfig(move_batch=0)).run_once(repo)
         cfg = self.config
         repo.worker_register(self.worker_id, host=socket.gethostname(), pid=os.getpid(), queues=list(cfg.queues),

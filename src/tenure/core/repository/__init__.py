@@ -18,11 +18,12 @@ file of the same name, ``sql/queries/<area>.sql``:
 - ``reaping``: the reaper's candidates, CAS and cycle counter (R7);
 - ``reads``: a job, its events, queue figures, the doctor's views;
 - ``registry``: workers (R9); ``executions``: the execution store (R14);
-- ``dlq``: dead letters and retention (R12); ``control``: cancel, retry, pause, limits;
+- ``dlq``: dead letters (R12); ``control``: cancel, retry, pause, limits;
 - ``periodic``: periodic schedules; ``sqs``: the queues and messages of `tenure sqs`;
 - ``browse``: the job browser of `tenure ui` and `tenure jobs list` (one filter for pages, counts,
   bulk actions and the CLI's listing);
-- ``history``: where completed jobs live (day partitions, the batched move, retention).
+- ``history``: where completed jobs live (day partitions, the batched move, retention of
+  completed and cancelled jobs); :mod:`tenure.reaper.history` decides when they run.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from tenure.core.repository.enqueue import EnqueueQueries
 from tenure.core.repository.executions import ExecutionQueries
 from tenure.core.repository.history import (
     HISTORY_DAYS_AHEAD_DEFAULT,
+    HISTORY_DAYS_BACK_DEFAULT,
     HISTORY_MOVE_BATCH_DEFAULT,
+    PRUNE_BATCH_DEFAULT,
     HistoryPartition,
     HistoryQueries,
 )
@@ -69,8 +72,8 @@ from tenure.core.repository.sqs import SQS_TASK, SqsQueries
 
 __all__ = [
     "COUNT_BUDGET_MS_DEFAULT", "COUNT_CAP_DEFAULT", "DELAY_MAX_SECONDS", "HISTORY_DAYS_AHEAD_DEFAULT",
-    "HISTORY_MOVE_BATCH_DEFAULT", "HistoryPartition", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
-    "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "REJECTED_WRITE_EVENTS", "SQS_TASK", "STATS_STALE_FRACTION",
+    "HISTORY_DAYS_BACK_DEFAULT", "HISTORY_MOVE_BATCH_DEFAULT", "HistoryPartition", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
+    "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "PRUNE_BATCH_DEFAULT", "REJECTED_WRITE_EVENTS", "SQS_TASK", "STATS_STALE_FRACTION",
     "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "HeartbeatOutcome", "JobCount", "JobFilter", "JobSpec", "ReapCandidate",
     "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
     "max_payload_bytes",

@@ -1,4 +1,5 @@
-"""The dead-letter queue (R12): list, controlled replay, purge; and retention of finished jobs."""
+"""The dead-letter queue (R12): list, controlled replay, purge. Retention of completed and cancelled
+jobs (`tenure prune`) is in :mod:`tenure.core.repository.history`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from tenure.core.repository.specs import Row
 
 
 class DeadLetterQueries(RepositoryBase):
-    """Dead letters and retention."""
+    """Dead letters."""
 
     def dlq_list(self, *, queue: str | None = None, error_code: str | None = None,
                  limit: int = 100) -> list[Row]:
@@ -46,19 +47,3 @@ class DeadLetterQueries(RepositoryBase):
 
     def dlq_purge(self, older_than: float, queue: str | None = None) -> int:
         return len(self._rows("dlq_purge", {"older_than": float(older_than), "queue": queue}))
-
-    def prune_cancelled(self, older_than: float, batch: int = 10_000) -> int:
-        row = self._one("job_prune_cancelled", {"older_than": float(older_than), "batch": batch})
-        return int(row["deleted"]) if row else 0
-
-    def prune_completed(self, older_than: float, batch: int = 10_000) -> int:
-        """Delete up to ``batch`` completed jobs older than ``older_than`` seconds that are not
-        in a day partition of ``job_history``: those still in ``jobs`` (completed before 0009)
-        and those in the default partition. Whole day partitions go with
-        :meth:`~tenure.core.repository.history.HistoryQueries.history_drop_oldest`."""
-        row = self._one("job_prune_completed", {"older_than": float(older_than), "batch": batch})
-        deleted = int(row["deleted"]) if row else 0
-        if deleted < batch:
-            row = self._one("job_history_prune_default", {"older_than": float(older_than), "batch": batch - deleted})
-            deleted += int(row["deleted"]) if row else 0
-        return deleted

@@ -1,9 +1,11 @@
 """Where finished jobs live (0009, docs/architecture.md): completed jobs move from ``jobs`` into
 ``job_history``, partitioned by UTC day of completion, in the statement that completes them.
 
-This area keeps the day partitions ahead of need, moves the completed rows an installation had
-before 0009 in batches (the online part of the migration), and applies retention by dropping
-whole partitions. Partition DDL needs the CREATE privilege on the schema and waits at most 2 s
+This area runs the statements that keep the day partitions ahead of need, move the completed
+rows an installation had before 0009 in batches (the online part of the migration), and apply
+retention: dropping whole partitions, deleting old completed rows outside one, and old cancelled
+jobs. When and how far they run is decided in one place, :mod:`tenure.reaper.history`, which
+`tenure migrate`, the worker, the reaper, `tenure history` and `tenure prune` call. Partition DDL needs the CREATE privilege on the schema and waits at most 2 s
 for a table lock; a completion on a day without a partition lands in the default partition,
 which :meth:`HistoryQueries.history_ensure` empties into the day's partition once it exists.
 """
@@ -20,6 +22,9 @@ HISTORY_DAYS_AHEAD_DEFAULT = 2
 HISTORY_DAYS_BACK_DEFAULT = 1
 """Also ensure the day before today, so a completion just before midnight finds its partition."""
 HISTORY_MOVE_BATCH_DEFAULT = 10_000
+"""Pre-0009 completed rows moved per transaction."""
+PRUNE_BATCH_DEFAULT = 10_000
+"""Rows deleted per statement by the row-by-row parts of retention."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class HistoryPartition:
 
 
 class HistoryQueries(RepositoryBase):
-    """Partitions, the batched move of pre-0009 completed rows, and retention by partition."""
+    """Partitions, the batched move of pre-0009 completed rows, and retention."""
 
     def history_ensure(self, *, days_back: int = HISTORY_DAYS_BACK_DEFAULT,
                        days_ahead: int = HISTORY_DAYS_AHEAD_DEFAULT) -> int:
@@ -68,3 +73,20 @@ class HistoryQueries(RepositoryBase):
     def history_partitions(self) -> list[HistoryPartition]:
         return [HistoryPartition(str(r["name"]), str(r["bounds"]), int(r["estimated_rows"]))
                 for r in self._rows("job_history_partition_list")]
+
+    def prune_completed(self, older_than: float, batch: int = PRUNE_BATCH_DEFAULT) -> int:
+        """Delete up to ``batch`` completed jobs older than ``older_than`` seconds that are not
+        in a day partition of ``job_history``: those still in ``jobs`` (completed before 0009)
+        and those in the default partition. Whole day partitions go with :meth:`history_drop_oldest`."""
+        row = self._one("job_prune_completed", {"older_than": float(older_than), "batch": batch})
+        deleted = int(row["deleted"]) if row else 0
+        if deleted < batch:
+            row = self._one("job_history_prune_default", {"older_than": float(older_than), "batch": batch - deleted})
+            deleted += int(row["deleted"]) if row else 0
+        return deleted
+
+    def prune_cancelled(self, older_than: float, batch: int = PRUNE_BATCH_DEFAULT) -> int:
+        """Delete up to ``batch`` jobs cancelled more than ``older_than`` seconds ago, with their
+        events, keys and message receipts."""
+        row = self._one("job_prune_cancelled", {"older_than": float(older_than), "batch": batch})
+        return int(row["deleted"]) if row else 0

@@ -198,6 +198,9 @@ CREATE TABLE sqs_secrets (
 
 -- Finished jobs (0009): completed jobs move here from `jobs` in the statement that completes them,
 -- into day partitions of completed_at (UTC); see docs/architecture.md "Where finished jobs live".
+-- It has the columns of jobs, in the same order (the moves copy whole rows): a column added to
+-- jobs is added here in the same migration and all_jobs is recreated, or
+-- tests/integration/test_history.py (test_jobs_and_job_history_have_the_same_columns) fails.
 CREATE TABLE job_history (
     LIKE jobs INCLUDING DEFAULTS,
     CONSTRAINT job_history_completed CHECK (status = 'completed' AND completed_at IS NOT NULL)

@@ -1,5 +1,5 @@
--- The dead-letter queue (R12): list, controlled replay, purge; and retention of finished jobs
--- (prune of completed and cancelled jobs, the default history partition's old rows).
+-- The dead-letter queue (R12): list, controlled replay, purge (retention of completed and
+-- cancelled jobs is in history.sql).
 -- Run by src/tenure/core/repository/dlq.py (DeadLetterQueries).
 --
 -- Format (every file in this directory, loaded together by tenure.core.queries): each block starts
@@ -65,52 +65,3 @@ WITH deleted AS (
     DELETE FROM {schema}.sqs_receipts r USING deleted d WHERE r.job_id = d.id
 )
 SELECT id FROM deleted;
-
--- name: job_prune_cancelled
--- Delete up to `batch` cancelled jobs cancelled more than `older_than` seconds ago, with their audit events and keys.
-WITH doomed AS (
-    SELECT id FROM {schema}.jobs
-    WHERE cancelled_at IS NOT NULL AND status = 'cancelled'
-      AND cancelled_at < now() - make_interval(secs => %(older_than)s)
-    ORDER BY cancelled_at LIMIT %(batch)s
-), deleted AS (
-    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.idempotency_key
-), events AS (
-    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
-), keys AS (
-    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
-), receipts AS (
-    DELETE FROM {schema}.sqs_receipts r USING deleted d WHERE r.job_id = d.id
-)
-SELECT count(*)::int AS deleted FROM deleted;
-
--- name: job_prune_completed
--- Delete up to `batch` completed jobs older than `older_than` seconds still in `jobs` (completed before 0009, not moved yet), with their audit events and keys.
-WITH doomed AS (
-    SELECT id FROM {schema}.jobs
-    WHERE status = 'completed' AND completed_at < now() - make_interval(secs => %(older_than)s)
-    ORDER BY completed_at LIMIT %(batch)s
-), deleted AS (
-    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.idempotency_key
-), events AS (
-    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
-), keys AS (
-    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
-)
-SELECT count(*)::int AS deleted FROM deleted;
-
--- name: job_history_prune_default
--- Delete up to `batch` jobs of job_history's default partition (completed on a day that had no partition yet) that completed more than `older_than` seconds ago, with their events and keys.
-WITH doomed AS (
-    SELECT id FROM {schema}.job_history_default
-    WHERE completed_at < now() - make_interval(secs => %(older_than)s)
-    ORDER BY completed_at LIMIT %(batch)s
-), deleted AS (
-    DELETE FROM {schema}.job_history_default h USING doomed d WHERE h.id = d.id
-    RETURNING h.id, h.idempotency_key
-), events AS (
-    DELETE FROM {schema}.job_events e USING deleted d WHERE e.job_id = d.id
-), keys AS (
-    DELETE FROM {schema}.job_keys k USING deleted d WHERE k.idempotency_key = d.idempotency_key
-)
-SELECT count(*)::int AS deleted FROM deleted;
