@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from tenure.core.errors import ConfigError
-from tenure.core.repository import JobFilter, Repository
+from tenure.core.repository import BrowseStore, JobFilter, ReadStore, Repository
 
 CANCELLABLE = ("pending", "running")
 RETRYABLE = ("failed", "cancelled")
@@ -71,7 +71,7 @@ def _ids(ids: Sequence[int]) -> list[int]:
     return sorted(set(out))
 
 
-def _check_states(repo: Repository, ids: list[int], allowed: tuple[str, ...], verb: str) -> dict[int, Any]:
+def _check_states(repo: ReadStore, ids: list[int], allowed: tuple[str, ...], verb: str) -> dict[int, Any]:
     found = repo.job_statuses(ids)
     for i in ids:
         if i not in found:
@@ -244,7 +244,7 @@ def bulk_matching(conn: psycopg.Connection[Any], action: str, flt: JobFilter, *,
     return BulkReport(len(ids), changed, bound)
 
 
-def matching_ids(repo: Repository, flt: JobFilter, statuses: Sequence[str], *, bound: int, limit: int) -> list[int]:
+def matching_ids(repo: BrowseStore, flt: JobFilter, statuses: Sequence[str], *, bound: int, limit: int) -> list[int]:
     """Ids (oldest first, at most ``bound``) of the jobs in ``statuses`` matching ``flt``;
     ConfigError when more than ``limit`` match."""
     ids: list[int] = []

@@ -114,7 +114,7 @@ def test_query_files_are_one_per_repository_area() -> None:
     files = query_files()
     queries = parse_query_files(files)
     assert {f.name for f in files} == {p.stem + ".sql" for p in repository.glob("*.py")} - {
-        "__init__.sql", "base.sql", "specs.sql"}
+        "__init__.sql", "base.sql", "specs.sql", "stores.sql"}
     for f in files:
         lines = f.read_text(encoding="utf-8").splitlines()
         assert len(lines) <= 400, (f.name, len(lines))
@@ -128,6 +128,41 @@ def test_query_files_are_one_per_repository_area() -> None:
             if name in queries and queries[name][2] != module.stem + ".sql" and (module.stem, name) not in shared:
                 misplaced.append(f"{module.name} runs {name} of {queries[name][2]}")
     assert misplaced == []
+
+
+def test_each_store_is_exactly_its_mixins_public_methods() -> None:
+    """A face (tenure.core.repository.stores) lists its area's public methods, with the same
+    signatures; every area has one; no mixin reads another's private names."""
+    import ast
+    import inspect
+
+    import tenure.core.repository as repository
+    from tenure.core.repository import stores
+    from tenure.core.repository.base import RepositoryBase
+
+    mixins = [c for c in repository.Repository.__mro__[1:] if c not in (RepositoryBase, object)]
+    faces = {c.__name__: c for c in vars(stores).values()
+             if isinstance(c, type) and c.__module__ == stores.__name__ and c.__name__.endswith("Store")}
+    assert len(faces) == len(mixins)
+    for mixin in mixins:
+        area = mixin.__module__.rsplit(".", 1)[1]
+        [face] = [f for f in faces.values() if (f.__doc__ or "").startswith(f"The {area} area")]
+        public = {n: v for n, v in vars(mixin).items() if not n.startswith("_") and callable(v)}
+        listed = {n: v for n, v in vars(face).items() if not n.startswith("_") and callable(v)}
+        assert set(listed) == set(public), (face.__name__, set(listed) ^ set(public))
+        for name, fn in public.items():
+            assert inspect.signature(listed[name]) == inspect.signature(fn), (face.__name__, name)
+    root = Path(repository.__file__).parent
+    owners = {c.__name__ for c in mixins}
+    touched = []
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        mine = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in owners - mine):
+                touched.append(f"{path.name}: {node.value.id}.{node.attr}")
+    assert touched == []
 
 
 def test_a_query_name_defined_in_two_files_is_refused(tmp_path: Path) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from tenure.core.db import connection_options
-from tenure.core.repository import Repository
+from tenure.core.repository import SchemaStore
 from tenure.core.service import ListenLoop
 from tenure.core.shutdown import Shutdown
 
@@ -27,13 +27,17 @@ POOL_OPEN_TIMEOUT_SECONDS = 30.0
 LISTEN_JOIN_SECONDS = 2.0
 """How long :meth:`PooledService.close` waits for the LISTEN thread to close its connection."""
 
+StoreT = TypeVar("StoreT", bound=SchemaStore)
+"""The face of the repository an app's requests use (at least the schema area: :meth:`PooledService.open`)."""
 
-class PooledService:
+
+class PooledService(Generic[StoreT]):
     """What one server process shares between requests: the pool, the stop state, and the
     LISTEN thread (:attr:`listener`, started by the app's lifespan on the event loop).
 
-    Subclasses set :attr:`listener` and may extend :meth:`on_open` (run once, with a pooled
-    repository, after the schema check) and :meth:`close`."""
+    Subclasses set :attr:`listener`, define :meth:`store` (a ``Repository`` on a pooled
+    connection, declared as the face of the areas the app uses) and may extend :meth:`on_open`
+    (run once, with a pooled repository, after the schema check) and :meth:`close`."""
 
     def __init__(self, *, dsn: str, schema: str, application_name: str, pool_size: int,
                  statement_timeout_seconds: float | None = None) -> None:
@@ -58,7 +62,7 @@ class PooledService:
             self.on_open(repo)
         self.opened = True
 
-    def on_open(self, repo: Repository) -> None:
+    def on_open(self, repo: StoreT) -> None:
         """What a subclass loads once the pool is open (nothing here)."""
 
     def close(self) -> None:
@@ -73,9 +77,13 @@ class PooledService:
             yield conn
 
     @contextmanager
-    def repo(self) -> Iterator[Repository]:
+    def repo(self) -> Iterator[StoreT]:
         with self.pool.connection() as conn:
-            yield Repository(conn, self.schema)
+            yield self.store(conn)
+
+    def store(self, conn: psycopg.Connection[Any]) -> StoreT:
+        """The repository on ``conn``, as the app's face of it."""
+        raise NotImplementedError
 
     def health(self) -> tuple[int, str]:
         """``/healthz``: 200 ``ok`` while serving, 503 ``stopping`` from SIGTERM on (readiness

@@ -31,10 +31,10 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from tenure.core.errors import ConfigError
-from tenure.core.repository import Repository
+from tenure.core.repository import ReadStore, RegistryStore
 from tenure.observability.doctor_report import (
     EXIT_FINDINGS,
     EXIT_HEALTHY,
@@ -68,6 +68,10 @@ __all__ = [
     "SLOW_RTT_HEARTBEAT_FRACTION_DEFAULT", "SLOW_RTT_SECONDS_DEFAULT", "WINDOW_SECONDS_DEFAULT",
     "Doctor", "DoctorConfig", "Finding", "Report", "ScopeEntry", "Suggestion", "render_text",
 ]
+
+
+class DoctorStore(ReadStore, RegistryStore, Protocol):
+    """What the doctor reads: the reads area's views, and the workers (registry area)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ class Doctor:
         config.validate()
         self.config = config
 
-    def measure_rtt(self, repo: Repository) -> list[float]:
+    def measure_rtt(self, repo: ReadStore) -> list[float]:
         """Round trips of the ``db_now`` statement, in seconds (the heartbeat's path to storage)."""
         samples = []
         for _ in range(self.config.rtt_samples):
@@ -142,7 +146,7 @@ class Doctor:
             samples.append(time.perf_counter() - started)
         return samples
 
-    def run_once(self, repo: Repository) -> Report:
+    def run_once(self, repo: DoctorStore) -> Report:
         cfg = self.config
         checked_at = repo.db_now()["now"]
         rtt = self.measure_rtt(repo)

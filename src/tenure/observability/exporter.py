@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -35,10 +35,14 @@ from prometheus_client.registry import Collector
 from tenure.core.db import Connection, connect
 from tenure.core.errors import first_line
 from tenure.core.queries import migrations
-from tenure.core.repository import Repository
+from tenure.core.repository import ReadStore, ReapingStore, Repository, SchemaStore
 from tenure.core.stats import QueueStats
 
 log = logging.getLogger("tenure.exporter")
+
+
+class ExporterStore(SchemaStore, ReadStore, ReapingStore, Protocol):
+    """What a scrape reads: the schema version, queue figures (reads area), reap counts and cycles."""
 MIN_INTERVAL_DEFAULT = 5.0
 COMPLETED_INTERVAL_DEFAULT = 60.0
 
@@ -79,7 +83,7 @@ class QueueCollector(Collector):
             try:
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = connect(self.dsn, application_name="tenure-exporter")
-                repo = Repository(self._conn, self.schema)
+                repo: ExporterStore = Repository(self._conn, self.schema)
                 skew = repo.schema_version() - len(migrations())
                 if skew != self.schema_skew and skew != 0:
                     log.warning("schema %r is %d version(s) %s this exporter's code", self.schema,

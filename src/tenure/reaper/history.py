@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import psycopg
 
@@ -35,17 +36,30 @@ from tenure.core.repository import (
     HISTORY_DAYS_BACK_DEFAULT,
     HISTORY_MOVE_BATCH_DEFAULT,
     PRUNE_BATCH_DEFAULT,
-    Repository,
+    Connected,
+    HistoryStore,
+    RegistryStore,
 )
 
 log = logging.getLogger("tenure.reaper.history")
 
 ENSURE_INTERVAL_DEFAULT = 300.0
 
+
+
+class KeeperStore(Connected, HistoryStore, Protocol):
+    """What :class:`HistoryKeeper` uses: the history area and the connection (a rollback after a
+    failed step, on a connection inside a transaction)."""
+
+
+class RetentionStore(HistoryStore, RegistryStore, Protocol):
+    """What :class:`Retention` uses: the history area's pruning and the registry's."""
+
+
 __all__ = [
     "ENSURE_INTERVAL_DEFAULT", "HISTORY_DAYS_AHEAD_DEFAULT", "HISTORY_DAYS_BACK_DEFAULT", "HISTORY_MOVE_BATCH_DEFAULT",
-    "PRUNE_BATCH_DEFAULT", "HistoryConfig", "HistoryCycle", "HistoryKeeper", "LegacyMove", "Moved", "Pruned",
-    "Retention", "RetentionConfig", "ensure_partitions", "move_legacy",
+    "PRUNE_BATCH_DEFAULT", "HistoryConfig", "HistoryCycle", "HistoryKeeper", "KeeperStore", "LegacyMove", "Moved", "Pruned",
+    "Retention", "RetentionConfig", "RetentionStore", "ensure_partitions", "move_legacy",
 ]
 
 
@@ -73,7 +87,7 @@ class HistoryConfig:
             raise ConfigError("history move batch must be >= 0")
 
 
-def ensure_partitions(repo: Repository, config: HistoryConfig | None = None) -> int:
+def ensure_partitions(repo: HistoryStore, config: HistoryConfig | None = None) -> int:
     """Create the missing day partitions around today; how many were made. Raises the database's
     error (no CREATE privilege, a lock not granted within 2 s): callers that must go on use
     :class:`HistoryKeeper`."""
@@ -95,7 +109,7 @@ class LegacyMove:
         self.left = True
         """Whether the last step found rows (or none ran yet): pre-0009 rows may remain."""
 
-    def step(self, repo: Repository, batch: int) -> int:
+    def step(self, repo: HistoryStore, batch: int) -> int:
         """Move the next ``batch`` rows; how many moved. :attr:`left` is False once none was found."""
         moved, last_id = repo.history_move_batch(batch, after_id=self.after_id)
         self.left = last_id > self.after_id
@@ -115,7 +129,7 @@ class Moved:
     seconds: float
 
 
-def move_legacy(repo: Repository, *, batch: int = HISTORY_MOVE_BATCH_DEFAULT, pause: float = 0.0,
+def move_legacy(repo: HistoryStore, *, batch: int = HISTORY_MOVE_BATCH_DEFAULT, pause: float = 0.0,
                 config: HistoryConfig | None = None) -> Moved:
     """``tenure history move``: ensure the partitions, then walk :class:`LegacyMove` to the end,
     ``pause`` seconds between two batches that moved rows."""
@@ -154,7 +168,7 @@ class HistoryKeeper:
         self._next_ensure = 0.0
         self._walk = LegacyMove()
 
-    def run_once(self, repo: Repository) -> HistoryCycle:
+    def run_once(self, repo: KeeperStore) -> HistoryCycle:
         created = moved = 0
         now = time.monotonic()
         try:
@@ -215,7 +229,7 @@ class Retention:
         config.validate()
         self.config = config
 
-    def run_once(self, repo: Repository) -> Pruned:
+    def run_once(self, repo: RetentionStore) -> Pruned:
         older_than, batch = self.config.older_than, self.config.batch
         completed = partitions = 0
         while (held := repo.history_drop_oldest(older_than)) is not None:

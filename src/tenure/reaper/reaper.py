@@ -23,16 +23,21 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from tenure.core import tracing
 from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.db import connect
 from tenure.core.errors import ConfigError
-from tenure.core.repository import ReapCandidate, ReapDecision, Reaped, Repository
+from tenure.core.repository import ReapCandidate, ReapDecision, Reaped, ReapingStore, Repository
 from tenure.core.service import ServiceConnection, run_service
-from tenure.reaper.history import HistoryKeeper
+from tenure.reaper.history import HistoryKeeper, KeeperStore
 
 log = logging.getLogger("tenure.reaper")
+
+
+class CycleStore(ReapingStore, KeeperStore, Protocol):
+    """What one reaper cycle uses: the reaping area, then the history upkeep's (:class:`KeeperStore`)."""
 
 GRACE_DEFAULT = 10.0
 BATCH_DEFAULT = 500
@@ -127,7 +132,7 @@ class Reaper:
             return ReapDecision(dead=False, delay=0.0)
         return ReapDecision(dead=False, delay=full_jitter_delay(cand.lease_expiry_count, self.config.retry, self.rng))
 
-    def run_once(self, repo: Repository | None = None) -> list[Reaped]:
+    def run_once(self, repo: CycleStore | None = None) -> list[Reaped]:
         """One cycle; returns the jobs it recovered (each with an audit event)."""
         started = time.monotonic()
         if repo is None:
@@ -150,7 +155,7 @@ class Reaper:
         self.last_cycle_seconds = time.monotonic() - started
         return reaped
 
-    def _cycle(self, repo: Repository, started: float) -> list[Reaped]:
+    def _cycle(self, repo: CycleStore, started: float) -> list[Reaped]:
         """Reap, then count the cycle in ``reaper_cycles`` (the exporter's reaper figures: a
         CronJob pod has no metrics port of its own)."""
         reaped = repo.reap(self.reaper_id, grace=self.config.grace, batch=self.config.batch,

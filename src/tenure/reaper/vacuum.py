@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 
 from tenure.core.errors import ConfigError
-from tenure.core.repository import Repository
+from tenure.core.repository import Repository, SchemaStore
 from tenure.core.service import ServiceConnection, run_service
 
 log = logging.getLogger("tenure.vacuum")
@@ -86,7 +86,7 @@ class HotTableVacuum:
         cfg = self.config
         return cfg.enabled and dead >= cfg.dead_rows and dead >= cfg.dead_fraction * live
 
-    def run_once(self, repo: Repository) -> VacuumCycle:
+    def run_once(self, repo: SchemaStore) -> VacuumCycle:
         dead, live, may_vacuum = repo.job_table_dead_rows()
         if not self.due(dead, live):
             return VacuumCycle(dead, live, False)

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tenure.core import tracing
-from tenure.core.repository import MAX_ATTEMPTS_LIMIT, SQS_TASK, ClaimedJob, Repository
+from tenure.core.repository import MAX_ATTEMPTS_LIMIT, SQS_TASK, ClaimedJob, SqsStore
 from tenure.core.repository.specs import Row
 from tenure.sqs import params as p
 from tenure.sqs.errors import SqsError, invalid, missing
 from tenure.sqs.queues import effective_attributes
-from tenure.sqs.service import WORKER_ID, Call
+from tenure.sqs.service import WORKER_ID, Call, SqsMessageStore
 from tenure.sqs.wire import HandleError, md5_hex, md5_of_attributes, open_handle, seal_handle
 
 Reply = dict[str, Any]
@@ -115,7 +115,7 @@ def trace_parent(payload: Mapping[str, Any]) -> str | None:
     return tracing.traceparent_from_xray(header.get("StringValue")) if header else None
 
 
-def _insert(call: Call, repo: Repository, queue: Row, items: list[Outgoing]) -> list[int]:
+def _insert(call: Call, repo: SqsMessageStore, queue: Row, items: list[Outgoing]) -> list[int]:
     """Insert messages; a FIFO duplicate (same deduplication id within 5 minutes) is not
     inserted again and gets the id of the first. Traced: one PRODUCER span per message (a
     duplicate's is marked ``tenure.deduplicated``)."""
@@ -137,7 +137,7 @@ def _insert(call: Call, repo: Repository, queue: Row, items: list[Outgoing]) -> 
     return ids
 
 
-def _write(repo: Repository, queue: Row, items: list[Outgoing],
+def _write(repo: SqsMessageStore, queue: Row, items: list[Outgoing],
            contexts: list[str | None] | None) -> tuple[list[int], list[bool]]:
     """The job id of each message, and whether it was inserted (False: a FIFO duplicate)."""
     name = queue["name"]
@@ -214,7 +214,7 @@ class ReceiveRequest:
     attribute_names: tuple[str, ...]
 
 
-def receive_request(call: Call, repo: Repository, params: dict[str, Any]) -> ReceiveRequest:
+def receive_request(call: Call, repo: SqsStore, params: dict[str, Any]) -> ReceiveRequest:
     queue = call.queue(repo, params, cached=True)
     attrs = effective_attributes(queue)
     limit = p.integer(params.get("MaxNumberOfMessages", 1), "MaxNumberOfMessages", 1, 10)
@@ -289,9 +289,9 @@ def receive_once(call: Call, req: ReceiveRequest) -> list[Reply]:
         return _receive(call, req, repo)
 
 
-def _receive(call: Call, req: ReceiveRequest, repo: Repository) -> list[Reply]:
+def _receive(call: Call, req: ReceiveRequest, repo: SqsStore) -> list[Reply]:
     """Expired visibility first (redrive past maxReceiveCount), the claim (the FIFO lane on a
-    FIFO queue) and the first receives: one round trip (:meth:`Repository.sqs_receive`)."""
+    FIFO queue) and the first receives: one round trip (:meth:`SqsStore.sqs_receive`)."""
     target = p.redrive_target(req.queue["attributes"])
     started = time.time_ns()
     jobs, times = repo.sqs_receive(WORKER_ID, req.queue["name"], req.limit, float(req.visibility),

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tenure.core.repository import Repository
+from tenure.core.repository import SqsStore
 from tenure.core.repository.specs import Row
 from tenure.sqs import params as p
 from tenure.sqs.errors import SqsError, invalid, no_queue
@@ -67,7 +67,7 @@ def create_queue(call: Call, params: dict[str, Any]) -> Reply:
     return {"QueueUrl": call.queue_url(name)}
 
 
-def _check_redrive(call: Call, repo: Repository, attrs: Mapping[str, str]) -> None:
+def _check_redrive(call: Call, repo: SqsStore, attrs: Mapping[str, str]) -> None:
     target = p.redrive_target(attrs)
     if target is not None and repo.sqs_queue_get(target[0]) is None:
         raise SqsError("InvalidParameterValue", "Value for parameter RedrivePolicy is invalid. Reason: "

@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse
 
+import psycopg
 from prometheus_client import CollectorRegistry
 
 from tenure.core.pooled import LISTEN_JOIN_SECONDS, PooledService
-from tenure.core.repository import Repository
+from tenure.core.repository import Connected, LeaseStore, Repository, SchemaStore, SqsStore
 from tenure.core.repository.specs import Row
 from tenure.core.service import ListenLoop
 from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT, SHUTDOWN_DELAY_MAX
@@ -28,6 +29,15 @@ from tenure.sqs.metrics import SqsMetrics
 
 log = logging.getLogger("tenure.sqs")
 T = TypeVar("T")
+
+
+class SqsMessageStore(Connected, SqsStore, LeaseStore, Protocol):
+    """What the message actions use: the sqs area, deletes through the lease area's
+    ``complete_many`` (audited like a worker's), and the connection (a FIFO send's transaction)."""
+
+
+class SqsServiceStore(SqsMessageStore, SchemaStore, Protocol):
+    """A pooled repository of `tenure sqs`: the message actions' face and the schema check at open."""
 
 WORKER_ID = "tenure-sqs"
 """The owner (``locked_by``) of every claim made over SQS, the same in every replica, so that a
@@ -134,7 +144,7 @@ class Wakeups:
             self.loop.call_soon_threadsafe(self._wake, queue)
 
 
-class SqsService(PooledService):
+class SqsService(PooledService[SqsServiceStore]):
     """The shared state: config, pool, HMAC key, wake-ups, and the stop state (its drain wakes
     the long polls)."""
 
@@ -162,7 +172,10 @@ class SqsService(PooledService):
         (no capacity limiter, no cancel scope)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    def on_open(self, repo: Repository) -> None:
+    def store(self, conn: psycopg.Connection[Any]) -> SqsServiceStore:
+        return Repository(conn, self.schema)
+
+    def on_open(self, repo: SqsStore) -> None:
         """Load (or create) the shared HMAC key."""
         self.key = repo.sqs_secret(secrets.token_bytes(32))
 
@@ -211,7 +224,7 @@ class Call:
             raise SqsError("InvalidAddress", "The address QueueUrl is not valid for this endpoint.", status=404)
         return name
 
-    def queue(self, repo: Repository, params: dict[str, Any], *, cached: bool = False) -> Row:
+    def queue(self, repo: SqsStore, params: dict[str, Any], *, cached: bool = False) -> Row:
         """The SQS queue the request names; QueueDoesNotExist, AccessDenied. ``cached``: a row
         read in the last :data:`QUEUE_CACHE_SECONDS` will do (the message actions)."""
         name = self.queue_name_of(params)

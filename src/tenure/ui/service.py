@@ -8,15 +8,23 @@ import asyncio
 import json
 import logging
 import threading
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
+
+import psycopg
 
 from tenure.core.pooled import LISTEN_JOIN_SECONDS, PooledService
-from tenure.core.repository import Repository
+from tenure.core.repository import BrowseStore, ControlStore, ReadStore, RegistryStore, Repository, SchemaStore
 from tenure.core.service import ListenLoop
 from tenure.ui.auth import Authenticator, load_users
 from tenure.ui.config import UiConfig
 
 log = logging.getLogger("tenure.ui")
+
+
+class UiStore(SchemaStore, BrowseStore, ReadStore, ControlStore, RegistryStore, Protocol):
+    """What `tenure ui`'s requests read on a pooled connection: the job browser (browse area),
+    queue figures and running jobs (reads), queue controls (control), workers (registry); the
+    schema check at open. Its writes go through :mod:`tenure.control`."""
 SUBSCRIBER_BACKLOG = 100
 """Changes queued per event stream; a client that falls further behind gets a ``resync``."""
 END = None
@@ -89,7 +97,7 @@ class ChangeFeed:
                     queue.get_nowait()
             queue.put_nowait(END)
 
-    def run_once(self, repo: Repository) -> dict[str, Any] | None:
+    def run_once(self, repo: BrowseStore) -> dict[str, Any] | None:
         """One look for changes since the last; the change published, or None."""
         newest = repo.job_newest_id()
         if not self.started:
@@ -127,7 +135,7 @@ class ChangeFeed:
         queue.put_nowait(message)
 
 
-class UiService(PooledService):
+class UiService(PooledService[UiStore]):
     """The shared state of one process: config, authenticator, pool, change feed, and the stop
     state (its drain ends the event streams)."""
 
@@ -141,3 +149,6 @@ class UiService(PooledService):
         self.feed = ChangeFeed(config)
         self.listener = self.feed.listen
         self.shutdown.on_drain(self.feed.drain)
+
+    def store(self, conn: psycopg.Connection[Any]) -> UiStore:
+        return Repository(conn, self.schema)

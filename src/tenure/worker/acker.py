@@ -19,21 +19,26 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from tenure.core.db import Connection, needs_reconnect
 from tenure.core.errors import first_line
 from tenure.core.redaction import Redaction
-from tenure.core.repository import Repository
+from tenure.core.repository import Connected, LeaseStore, Repository
 from tenure.core.service import ServiceConnection
 from tenure.worker.metrics import WorkerMetrics, observe_many
 from tenure.worker.outcomes import Outcome
-from tenure.worker.recheck import OutcomeRecheck
+from tenure.worker.recheck import OutcomeRecheck, RecheckStore
 from tenure.worker.slots import Slots
 
 log = logging.getLogger("tenure.worker")
+
+
+class AckStore(Connected, LeaseStore, Protocol):
+    """What the acknowledgement writes use: the lease area's fenced writes, and the connection
+    (a batch that fails is written again one outcome at a time, each on its own)."""
 
 RETRY_PAUSE_DEFAULT = 0.5
 """Seconds between two tries of a batch whose connection was lost."""
@@ -136,7 +141,7 @@ class Acker:
                     threading.Event().wait(RETRY_PAUSE_DEFAULT)
         self._conn.close()
 
-    def _recheck(self, repo: Repository, batch: list[Outcome]) -> None:
+    def _recheck(self, repo: RecheckStore, batch: list[Outcome]) -> None:
         """Re-read what the previous connection acknowledged, before writing anything new."""
         try:
             self.recheck.run_once(repo)
@@ -174,7 +179,7 @@ class Acker:
                 batch.append(item)
         return batch, stop
 
-    def write(self, repo: Repository, batch: list[Outcome]) -> list[Outcome]:
+    def write(self, repo: AckStore, batch: list[Outcome]) -> list[Outcome]:
         """Write ``batch``. A lost connection or a demoted primary (``needs_reconnect``) raises
         :class:`_Interrupted` with what was not written, for the loop to write again after
         reconnecting. A refused batch falls back to one by one for what was not written."""
@@ -207,7 +212,7 @@ class Acker:
                       outcome.kind, outcome.ctx.job.id, first_line(exc), extra=outcome.ctx.log_extra)
             self.slots.acked([outcome.ctx], written=False)
 
-    def _write(self, repo: Repository, batch: list[Outcome], done: list[Outcome]) -> None:
+    def _write(self, repo: AckStore, batch: list[Outcome], done: list[Outcome]) -> None:
         completes = [o for o in batch if o.kind == "complete"]
         if completes:
             accepted = repo.complete_many(self.worker_id, [(o.ctx.job.id, o.ctx.lock_token) for o in completes])

@@ -12,9 +12,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -29,9 +29,14 @@ from tenure.core.errors import (
     classify_exception,
     first_line,
 )
-from tenure.core.repository import ClaimedJob
+from tenure.core.repository import ClaimedJob, ExecutionStore, LeaseStore
 
 log = logging.getLogger("tenure.worker")
+
+
+class AttemptStore(LeaseStore, ExecutionStore, Protocol):
+    """What a handler's context writes: checkpoints and stale-write records (lease area), its
+    effects' keys (executions area)."""
 
 EFFECT_RECORD_RETRY_MIN = 5.0
 """Seconds ``succeeded()`` keeps retrying on fresh connections at least, even when the key's
@@ -196,7 +201,7 @@ class JobContext:
     job: ClaimedJob
     worker_id: str
     lease_seconds: float
-    _repo: Callable[..., Any]
+    _repo: Callable[..., AbstractContextManager[AttemptStore]]
     _on_stale: Callable[[JobContext, str], None]
     _heartbeat_now: Callable[[], None]
     _on_lease_lost: Callable[[JobContext], None] | None = None

@@ -36,7 +36,7 @@ from tenure.core.repository import ClaimedJob, Repository
 from tenure.worker import outcomes
 from tenure.worker.acker import Acker
 from tenure.worker.app import App, Task
-from tenure.worker.context import JobContext
+from tenure.worker.context import AttemptStore, JobContext
 from tenure.worker.metrics import WorkerMetrics, observe_many
 from tenure.worker.outcomes import Outcome
 from tenure.worker.recheck import OutcomeRecheck, RecheckConfig
@@ -315,7 +315,7 @@ class _Borrowed:
         self.worker, self.fresh = worker, fresh
         self.conn: Connection | None = None
 
-    def __enter__(self) -> Repository:
+    def __enter__(self) -> AttemptStore:
         w = self.worker
         try:
             if self.fresh:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import psycopg
 
 from tenure.core.errors import ConfigError, first_line
-from tenure.core.repository import HeartbeatOutcome, Repository
+from tenure.core.repository import HeartbeatOutcome, LeaseStore, Repository
 from tenure.core.service import ServiceConnection, run_service
 from tenure.worker.context import JobContext
 from tenure.worker.metrics import WorkerMetrics
@@ -81,7 +81,7 @@ class Heartbeater:
         self._unconfirmed: dict[int, JobContext] = {}
         """Leases lost locally (deadline passed) whose database verdict is still to be recorded."""
 
-    def _repo(self) -> Repository:
+    def _repo(self) -> LeaseStore:
         return Repository(self._conn.get(retry=False), self.schema)
 
     def run_once(self) -> int:

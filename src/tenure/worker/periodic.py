@@ -25,7 +25,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
@@ -33,9 +33,13 @@ from croniter import croniter
 
 from tenure.core.db import Connection, connect
 from tenure.core.errors import ConfigError, first_line
-from tenure.core.repository import Repository, check_priority, encode_payload
+from tenure.core.repository import PeriodicStore, ReadStore, Repository, check_priority, encode_payload
 
 log = logging.getLogger("tenure.periodic")
+
+
+class ScheduleStore(PeriodicStore, ReadStore, Protocol):
+    """What the scheduler uses: the periodic area, and the database clock (reads area)."""
 
 INTERVAL_DEFAULT = 1.0
 CATCH_UP_DEFAULT = 1
@@ -148,7 +152,7 @@ class Scheduler:
         for s in self.schedules:
             s.validate()
 
-    def _repo(self) -> Repository:
+    def _repo(self) -> ScheduleStore:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = connect(self.dsn, application_name="tenure-scheduler")
         return Repository(self._conn, self.schema)

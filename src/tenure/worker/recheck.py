@@ -28,13 +28,19 @@ import threading
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import Counter
 
 from tenure.core.errors import ConfigError
-from tenure.core.repository import Repository
+from tenure.core.repository import ExecutionStore, LeaseStore
 
 log = logging.getLogger("tenure.worker")
+
+
+class RecheckStore(LeaseStore, ExecutionStore, Protocol):
+    """What the re-check uses: the completions' recheck and rewrite (lease area), the effects'
+    recheck and in-doubt mark (executions area)."""
 
 REMEMBER_DEFAULT = 1024
 """Acknowledged outcomes (completions and effect successes, each) remembered per connection
@@ -128,7 +134,7 @@ class OutcomeRecheck:
             self._checking, self._pending = ([], []), False
 
     # -- the re-check ----------------------------------------------------------------------
-    def run_once(self, repo: Repository) -> RecheckResult:
+    def run_once(self, repo: RecheckStore) -> RecheckResult:
         """Re-read the last epoch's acknowledged outcomes on ``repo`` (a fresh connection) and
         settle the missing ones. A database error leaves them pending for the next try."""
         with self._lock:
@@ -150,7 +156,7 @@ class OutcomeRecheck:
             self._checking = ([], [])
         return result
 
-    def _check(self, repo: Repository, completions: list[AckedCompletion],
+    def _check(self, repo: RecheckStore, completions: list[AckedCompletion],
                effects: list[AckedEffect]) -> RecheckResult:
         rows = repo.completion_recheck([(c.job_id, c.token) for c in completions]) if completions else []
         missing = [r for r in rows if not r["held"]]

@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import psycopg
 from prometheus_client import CollectorRegistry
@@ -37,7 +38,16 @@ from tenure.core.db import connect
 from tenure.core.errors import ConfigError, first_line
 from tenure.core.redaction import Redaction
 from tenure.core.repository import PRIORITY_AGING_DEFAULT as PRIORITY_AGING_DEFAULT
-from tenure.core.repository import ClaimedJob, Repository
+from tenure.core.repository import (
+    ClaimedJob,
+    Connected,
+    HistoryStore,
+    LeaseStore,
+    ReadStore,
+    RegistryStore,
+    Repository,
+    SchemaStore,
+)
 from tenure.core.service import ServiceConnection
 from tenure.core.version import __version__
 from tenure.reaper.history import HistoryConfig, HistoryKeeper
@@ -52,6 +62,16 @@ from tenure.worker.outcomes import Outcome
 from tenure.worker.periodic import Schedule, Scheduler
 
 log = logging.getLogger("tenure.worker")
+
+
+class StartStore(Connected, SchemaStore, HistoryStore, RegistryStore, Protocol):
+    """What a worker's start uses: the schema check and claim statistics, the history upkeep
+    (:class:`~tenure.reaper.history.KeeperStore`), its registration."""
+
+
+class ClaimStore(Connected, LeaseStore, ReadStore, Protocol):
+    """What the claim loop uses: the claim (lease area), the burst mode's look at the queues
+    (reads area), and the connection it was built on (one per connection: the gate hint)."""
 
 CONCURRENCY_DEFAULT = 32
 """Measured (docs/performance.md, issue 13): one process with sync no-op handlers drained 10,000
@@ -194,7 +214,7 @@ class Worker:
     def run(self) -> int:
         """Run until stopped (or, in burst mode, until the queues are empty). Returns processed count."""
         claim = ServiceConnection(self.dsn, f"tenure-claim:{self.worker_id}", stop=self.state.stop_requested, log=log)
-        repo = Repository(claim.get(), self.schema)
+        repo: StartStore = Repository(claim.get(), self.schema)
         repo.check_schema()
         if repo.refresh_stale_claim_statistics():
             log.info("analyzed the jobs table: its statistics lagged a bulk enqueue")
@@ -251,7 +271,7 @@ class Worker:
         cfg = self.config
         coalesce_below = min(cfg.claim_batch, cfg.concurrency) // 2
         coalesced = False
-        repo: Repository | None = None
+        repo: ClaimStore | None = None
         while not self._stop_signalled:
             # Clear before looking: a wake-up that lands after this line is kept for the wait.
             self._wakeup.clear()

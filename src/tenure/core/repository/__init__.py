@@ -24,9 +24,16 @@ file of the same name, ``sql/queries/<area>.sql``:
   bulk actions and the CLI's listing);
 - ``history``: where completed jobs live (day partitions, the batched move, retention of
   completed and cancelled jobs); :mod:`tenure.reaper.history` decides when they run.
+
+Callers see an area through its face (``stores``: :class:`LeaseStore`, :class:`BrowseStore`,
+:class:`SqsStore`, ...; a protocol per mixin with exactly its public methods), or a small
+combination of faces, never the whole :class:`Repository`; only construction sites name it. No
+mixin touches another's private names: what two areas share is public (``lease.claimed_jobs``).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from tenure.core.repository.browse import COUNT_BUDGET_MS_DEFAULT, COUNT_CAP_DEFAULT, BrowseQueries, JobCount, JobFilter
 from tenure.core.repository.control import ControlQueries
@@ -69,6 +76,22 @@ from tenure.core.repository.specs import (
     max_payload_bytes,
 )
 from tenure.core.repository.sqs import SQS_TASK, SqsQueries
+from tenure.core.repository.stores import (
+    BrowseStore,
+    Connected,
+    ControlStore,
+    DeadLetterStore,
+    EnqueueStore,
+    ExecutionStore,
+    HistoryStore,
+    LeaseStore,
+    PeriodicStore,
+    ReadStore,
+    ReapingStore,
+    RegistryStore,
+    SchemaStore,
+    SqsStore,
+)
 
 __all__ = [
     "COUNT_BUDGET_MS_DEFAULT", "COUNT_CAP_DEFAULT", "DELAY_MAX_SECONDS", "HISTORY_DAYS_AHEAD_DEFAULT",
@@ -77,6 +100,9 @@ __all__ = [
     "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "HeartbeatOutcome", "JobCount", "JobFilter", "JobSpec", "ReapCandidate",
     "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
     "max_payload_bytes",
+    # The faces (tenure.core.repository.stores).
+    "BrowseStore", "Connected", "ControlStore", "DeadLetterStore", "EnqueueStore", "ExecutionStore", "HistoryStore",
+    "LeaseStore", "PeriodicStore", "ReadStore", "ReapingStore", "RegistryStore", "SchemaStore", "SqsStore",
 ]
 
 
@@ -84,3 +110,11 @@ class Repository(SchemaQueries, EnqueueQueries, LeaseQueries, ReaperQueries, Rea
                  ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries, BrowseQueries,
                  HistoryQueries):
     """Named queries bound to one connection and one schema: every area's queries together."""
+
+
+if TYPE_CHECKING:
+    def _faces(repo: Repository) -> tuple[Connected, SchemaStore, EnqueueStore, LeaseStore, ReapingStore, ReadStore,
+                                          RegistryStore, ExecutionStore, DeadLetterStore, ControlStore,
+                                          PeriodicStore, SqsStore, BrowseStore, HistoryStore]:
+        """Never called: mypy checks here that a Repository is every face its callers declare."""
+        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo)

@@ -58,6 +58,26 @@ _CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "att
 """``job_claim``'s columns, position by position the fields of :class:`ClaimedJob`."""
 
 
+def check_claim_columns(description: Sequence[Any] | None) -> None:
+    """Refuse a claim statement whose columns are not, in order, :class:`ClaimedJob`'s fields
+    (``job_claim``; `tenure sqs` receives with it and with ``sqs_fifo_claim``)."""
+    names = tuple(c.name for c in description or ())
+    if names != _CLAIM_COLUMNS:
+        raise RuntimeError(f"job_claim returns {names}, expected {_CLAIM_COLUMNS} (ClaimedJob's order)")
+
+
+def claimed_jobs(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
+    """The jobs of a claim's tuple rows (checked by :func:`check_claim_columns`), built without a
+    dict per row or the frozen ``__init__``: the hot path."""
+    new, fields = object.__new__, _CLAIMED_FIELDS
+    jobs = []
+    for row in rows:
+        job = new(ClaimedJob)
+        job.__dict__.update(zip(fields, row))
+        jobs.append(job)
+    return jobs
+
+
 @dataclass(frozen=True)
 class HeartbeatOutcome:
     id: int
@@ -98,9 +118,9 @@ class LeaseQueries(RepositoryBase):
             with self.conn.cursor(row_factory=tuple_row) as cur:
                 cur.execute(self._q["job_claim"], params)
                 rows = cur.fetchall()
-                self._check_claim_columns(cur.description)
+                check_claim_columns(cur.description)
             if not rows or rows[-1][0] is not None:
-                return self._claimed(rows)
+                return claimed_jobs(rows)
             self._claim_gated = True  # a requested queue has a running limit: nothing was claimed
         params["gated"] = True
         with self.conn.cursor(row_factory=tuple_row) as gate, self.conn.cursor(row_factory=tuple_row) as cur:
@@ -113,25 +133,9 @@ class LeaseQueries(RepositoryBase):
             # In a pipeline the results (and the descriptions) arrive at its end: one round trip.
             limited = gate.fetchall()
             rows = cur.fetchall()
-            self._check_claim_columns(cur.description)
+            check_claim_columns(cur.description)
         self._claim_gated = bool(limited)
-        return self._claimed(rows)
-
-    @staticmethod
-    def _check_claim_columns(description: Sequence[Any] | None) -> None:
-        names = tuple(c.name for c in description or ())
-        if names != _CLAIM_COLUMNS:
-            raise RuntimeError(f"job_claim returns {names}, expected {_CLAIM_COLUMNS} (ClaimedJob's order)")
-
-    @staticmethod
-    def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
-        new, fields = object.__new__, _CLAIMED_FIELDS
-        jobs = []
-        for row in rows:
-            job = new(ClaimedJob)
-            job.__dict__.update(zip(fields, row))
-            jobs.append(job)
-        return jobs
+        return claimed_jobs(rows)
 
     def heartbeat(self, worker_id: str, held: Sequence[tuple[int, uuid.UUID]], lease: float,
                   max_lease_total: float, effect_tokens: Sequence[uuid.UUID] = (),

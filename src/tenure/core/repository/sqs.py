@@ -14,8 +14,9 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from tenure.core.repository.base import RepositoryBase
-from tenure.core.repository.lease import PRIORITY_AGING_DEFAULT, ClaimedJob, LeaseQueries
+from tenure.core.repository.lease import PRIORITY_AGING_DEFAULT, ClaimedJob, check_claim_columns, claimed_jobs
 from tenure.core.repository.specs import Row
+from tenure.core.repository.stores import LeaseStore
 
 SQS_TASK = "sqs.message"
 """The task of every job an SQS client sends (a tenure App handler registers this name)."""
@@ -140,12 +141,12 @@ class SqsQueries(RepositoryBase):
                     cur.execute(self._q["job_claim"], claim)
                 firsts.execute(self._q["sqs_message_first_receive_claimed"], base)
             rows = cur.fetchall()
-            LeaseQueries._check_claim_columns(cur.description)
+            check_claim_columns(cur.description)
             times = {int(r["job_id"]): (int(r["first_ms"]), int(r["sent_ms"])) for r in firsts.fetchall()}
         if rows and rows[-1][0] is None:  # the ungated claim's marker: a running limit applies
-            jobs = cast(LeaseQueries, self).claim(worker_id, [queue], limit, lease)  # Repository has both
+            jobs = cast(LeaseStore, self).claim(worker_id, [queue], limit, lease)  # a Repository is both
             return jobs, self.sqs_first_receive([j.id for j in jobs])
-        jobs = LeaseQueries._claimed(rows)
+        jobs = claimed_jobs(rows)
         return jobs, {j.id: times[j.id] for j in jobs if j.id in times}
 
     def sqs_first_receive(self, ids: Sequence[int]) -> dict[int, tuple[int, int]]:
