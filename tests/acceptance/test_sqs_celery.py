@@ -114,7 +114,9 @@ def _records(path: Path) -> list[tuple[str, str, str, float]]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    text = path.read_text()
+    # A line still being appended (read mid-write) is left for the next look.
+    for line in text[:text.rfind("\n") + 1].splitlines():
         task_id, host, event, at = line.split()
         rows.append((task_id, host, event, float(at)))
     return rows
