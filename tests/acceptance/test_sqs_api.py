@@ -147,7 +147,7 @@ def test_batches_and_limits(sqs: Any) -> None:
             sqs.send_message_batch(QueueUrl=url, Entries=bad)
         assert code(exc) == f"AWS.SimpleQueueService.{expected}"
     with pytest.raises(ClientError) as exc:
-        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": f"b{i}", "MessageBody": "x" * 200_000}
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": f"b{i}", "MessageBody": "x" * 600_000}
                                                        for i in range(2)])
     assert code(exc) == "AWS.SimpleQueueService.BatchRequestTooLong"
     # A bad entry fails alone.
@@ -156,7 +156,7 @@ def test_batches_and_limits(sqs: Any) -> None:
     assert [r["Id"] for r in mixed["Successful"]] == ["ok"]
     assert mixed["Failed"][0]["Id"] == "bad" and mixed["Failed"][0]["SenderFault"] is True
     with pytest.raises(ClientError) as exc:
-        sqs.send_message(QueueUrl=url, MessageBody="x" * 262_145)
+        sqs.send_message(QueueUrl=url, MessageBody="x" * 1_048_577)
     assert code(exc) == "InvalidParameterValue"
     with pytest.raises(ClientError) as exc:
         sqs.send_message(QueueUrl=url, MessageBody="bad \x00 char")
@@ -380,7 +380,7 @@ def test_query_protocol_form_in_xml_out(sqs: Any) -> None:
 
 
 def test_raw_http_refusals_are_one_json_message(sqs: Any) -> None:
-    """What no SDK sends: malformed JSON, a body over 2 MiB, another method; each one JSON error
+    """What no SDK sends: malformed JSON, a body over 4 MiB, another method; each one JSON error
     with its status, and the server still serves /healthz, /metrics and the API after them."""
     import json
     import urllib.request
@@ -399,7 +399,7 @@ def test_raw_http_refusals_are_one_json_message(sqs: Any) -> None:
     status, headers, body = call("POST", "/", b"{not json", **target)
     assert status == 400 and json.loads(body)["__type"] == "com.amazonaws.sqs#SerializationException"
     assert headers["x-amzn-query-error"] == "SerializationException;Sender" and headers["x-amzn-requestid"]
-    status, _, body = call("POST", "/", b"{" + b" " * (3 * 1024 * 1024) + b"}", **target)
+    status, _, body = call("POST", "/", b"{" + b" " * (5 * 1024 * 1024) + b"}", **target)
     assert status == 413 and json.loads(body)["message"] == "The request is too large."
     status, headers, body = call("PUT", "/123456789012/q", b"{}", **target)
     assert status == 405 and headers["allow"] == "GET, POST"
@@ -439,3 +439,116 @@ def test_a_long_poll_whose_client_left_takes_no_message(sqs: Any) -> None:
     time.sleep(0.5)  # the abandoned poll would have been woken by now
     got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2).get("Messages", [])
     assert [m["Body"] for m in got] == ["for whoever is still there"], "the message went to a client that left"
+
+
+def test_queue_does_not_exist_is_a_400(sqs: Any) -> None:
+    """QueueDoesNotExist is HTTP 400 in AWS JSON (the query protocol's is checked above), as in SQS."""
+    import json
+    import urllib.request
+
+    with pytest.raises(ClientError) as exc:
+        sqs.get_queue_url(QueueName="never-made")
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    req = urllib.request.Request(sqs.meta.endpoint_url + "/", data=b'{"QueueName": "never-made"}', headers={
+        "X-Amz-Target": "AmazonSQS.GetQueueUrl", "Content-Type": "application/x-amz-json-1.0"})
+    with pytest.raises(urllib.error.HTTPError) as http:
+        urllib.request.urlopen(req, timeout=10)
+    assert http.value.code == 400
+    assert json.loads(http.value.read())["__type"] == "com.amazonaws.sqs#QueueDoesNotExist"
+
+
+def test_the_1_mib_message_limit(sqs: Any) -> None:
+    """MaximumMessageSize: 1 MiB by default and at most (SQS since 2025); body and attributes count."""
+    url = sqs.create_queue(QueueName="today")["QueueUrl"]
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"]
+    assert got == {"MaximumMessageSize": "1048576"}
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "1048576"})
+    with pytest.raises(ClientError) as exc:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "1048577"})
+    assert code(exc) == "InvalidAttributeValue"
+    big = "é" * (1_048_576 // 2 - 10)
+    sqs.send_message(QueueUrl=url, MessageBody=big)
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody=big, MessageAttributes={
+            "pad": {"DataType": "String", "StringValue": "x" * 64}})
+    assert code(exc) == "InvalidParameterValue"
+    [message] = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert message["Body"] == big
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    entry = {"MessageBody": "x" * 524_000, "MessageAttributes": {"pad": {"DataType": "String",
+                                                                         "StringValue": "y" * 400}}}
+    with pytest.raises(ClientError) as exc:  # a batch's total counts the attributes too
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", **entry}, {"Id": "b", **entry}])
+    assert code(exc) == "AWS.SimpleQueueService.BatchRequestTooLong"
+
+
+def test_batches_answer_per_entry(sqs: Any) -> None:
+    """One bad entry fails alone (Id, Code, Message, SenderFault); batch-level errors stay so."""
+    url = sqs.create_queue(QueueName="today")["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "2048"})
+    sent = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "ok", "MessageBody": "fine", "MessageAttributes": {
+            "foo.a": {"DataType": "String", "StringValue": "1"}, "foo.b": {"DataType": "String", "StringValue": "2"},
+            "bar": {"DataType": "Number", "StringValue": "3"}}},
+        {"Id": "long", "MessageBody": "x" * 2049},
+        {"Id": "delay", "MessageBody": "x", "DelaySeconds": 901},
+        {"Id": "attr", "MessageBody": "x", "MessageAttributes": {"n": {"DataType": "Number", "StringValue": "nan"}}}])
+    assert [r["Id"] for r in sent["Successful"]] == ["ok"]
+    failed = {f["Id"]: f for f in sent["Failed"]}
+    assert sorted(failed) == ["attr", "delay", "long"]
+    assert all(f["SenderFault"] is True and f["Code"] == "InvalidParameterValue" and f["Message"]
+               for f in failed.values())
+    handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": "bad", "ReceiptHandle": "not-a-handle"}, {"Id": "good", "ReceiptHandle": handle}])
+    assert [r["Id"] for r in deleted["Successful"]] == ["good"]
+    assert deleted["Failed"] == [{"Id": "bad", "SenderFault": True, "Code": "ReceiptHandleIsInvalid",
+                                  "Message": deleted["Failed"][0]["Message"]}]
+    sqs.send_message(QueueUrl=url, MessageBody="again")
+    [message] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30)["Messages"]
+    changed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "bad", "ReceiptHandle": "not-a-handle", "VisibilityTimeout": 5},
+        {"Id": "range", "ReceiptHandle": message["ReceiptHandle"], "VisibilityTimeout": 43_201},
+        {"Id": "good", "ReceiptHandle": message["ReceiptHandle"], "VisibilityTimeout": 0}])
+    assert [r["Id"] for r in changed["Successful"]] == ["good"]
+    assert {f["Id"]: f["Code"] for f in changed["Failed"]} == {"bad": "ReceiptHandleIsInvalid",
+                                                               "range": "InvalidParameterValue"}
+    assert all(f["SenderFault"] is True for f in changed["Failed"])
+    for bad, expected in (([], "EmptyBatchRequest"), ([{"Id": "a b", "ReceiptHandle": "h"}], "InvalidBatchEntryId"),
+                          ([{"Id": "a", "ReceiptHandle": "h"}] * 2, "BatchEntryIdsNotDistinct"),
+                          ([{"Id": f"e{i}", "ReceiptHandle": "h"} for i in range(11)],
+                           "TooManyEntriesInBatchRequest")):
+        with pytest.raises(ClientError) as exc:
+            sqs.delete_message_batch(QueueUrl=url, Entries=bad)
+        assert code(exc) == f"AWS.SimpleQueueService.{expected}"
+
+
+def test_message_attribute_names_take_prefixes(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="prefixes")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m", MessageAttributes={
+        "foo.a": {"DataType": "String", "StringValue": "1"}, "foo.b": {"DataType": "String", "StringValue": "2"},
+        "food": {"DataType": "String", "StringValue": "3"}, "bar": {"DataType": "Number", "StringValue": "4"}})
+    every = {"foo.a", "foo.b", "food", "bar"}
+    for wanted, names in ((["foo.*"], {"foo.a", "foo.b"}), (["bar", "foo.a"], {"bar", "foo.a"}),
+                          (["All"], every), ([".*"], every), (["nothing"], set()), ([], set())):
+        [message] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, MessageAttributeNames=wanted)["Messages"]
+        assert set(message.get("MessageAttributes", {})) == names, wanted
+
+
+def test_an_empty_policy_removes_it(sqs: Any) -> None:
+    import json
+
+    url = sqs.create_queue(QueueName="today", Attributes={"Policy": ""})["QueueUrl"]
+    assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
+    dlq = sqs.create_queue(QueueName="today-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"Version": "2012-10-17", "Statement": []})
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 3})
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": policy, "RedrivePolicy": redrive})
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert got["Policy"] == policy and got["RedrivePolicy"] == redrive
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": "", "RedrivePolicy": ""})
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert "Policy" not in got and "RedrivePolicy" not in got
+    assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy", "RedrivePolicy"])
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == []

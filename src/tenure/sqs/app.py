@@ -35,7 +35,9 @@ from tenure.sqs.service import Call, SqsService
 
 log = logging.getLogger("tenure.sqs")
 JSON_TYPE = "application/x-amz-json-1.0"
-BODY_MAX = 2 * 1024 * 1024
+BODY_MAX = 4 * 1024 * 1024
+"""A request's body limit: a batch of 1 MiB of messages, escaped (JSON ``\\u`` escapes, form
+percent-encoding: up to 3 bytes a byte), fits."""
 Action = Callable[[Call, dict[str, Any]], dict[str, Any]]
 Headers = list[tuple[bytes, bytes]]
 

@@ -49,6 +49,8 @@ class Outgoing:
     payload: dict[str, Any]
     delay: int
     reply: Reply
+    size: int
+    """Body and message attributes in bytes, as SQS counts a message's size."""
 
 
 def _outgoing(call: Call, queue: Row, entry: Mapping[str, Any], entry_id: str | None) -> Outgoing:
@@ -94,7 +96,7 @@ def _outgoing(call: Call, queue: Row, entry: Mapping[str, Any], entry_id: str | 
                               "parameter that is not valid for this queue type.")
         delay = (p.integer(delay_given, "DelaySeconds", 0, 900) if delay_given is not None
                  else int(attrs["DelaySeconds"]))
-    return Outgoing(entry_id, payload, delay, reply)
+    return Outgoing(entry_id, payload, delay, reply, size)
 
 
 TRACEPARENT_ATTRIBUTE = "traceparent"
@@ -194,7 +196,7 @@ def send_message_batch(call: Call, params: dict[str, Any]) -> Reply:
             except SqsError as exc:
                 failed.append(_batch_error(entry["Id"], exc))
                 continue
-            total += len(item.payload["body"].encode())
+            total += item.size
             good.append(item)
         if total > p.MESSAGE_SIZE_MAX:
             raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {p.MESSAGE_SIZE_MAX} "

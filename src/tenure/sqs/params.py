@@ -12,7 +12,10 @@ from typing import Any
 
 from tenure.sqs.errors import SqsError, invalid, missing
 
-MESSAGE_SIZE_MAX = 262_144
+MESSAGE_SIZE_MAX = 1_048_576
+"""SQS's message size limit (1 MiB since 2025): the default and the maximum of MaximumMessageSize,
+and the limit of a batch's total size. SQS messages do not pass through the core payload limit
+(``TENURE_MAX_PAYLOAD_BYTES``): a message up to its queue's MaximumMessageSize is stored."""
 VISIBILITY_MAX = 43_200
 BATCH_MAX = 10
 ATTRIBUTES_PER_MESSAGE_MAX = 10
@@ -27,6 +30,8 @@ _RANGES = {
     "VisibilityTimeout": (0, VISIBILITY_MAX), "KmsDataKeyReusePeriodSeconds": (60, 86_400),
 }
 _FIFO_ONLY = ("ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
+REMOVABLE = frozenset(("Policy", "RedrivePolicy", "RedriveAllowPolicy"))
+"""Attributes an empty value removes (SetQueueAttributes), as in SQS."""
 _STORED = ("Policy", "KmsMasterKeyId", "SqsManagedSseEnabled", "RedrivePolicy", "RedriveAllowPolicy", "strict")
 SETTABLE = frozenset((*_RANGES, *_FIFO_ONLY, *_STORED, "FifoQueue"))
 READ_ONLY = frozenset((

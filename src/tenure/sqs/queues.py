@@ -41,6 +41,8 @@ def effective_attributes(row: Row) -> dict[str, str]:
         attrs.update(FifoQueue="true", ContentBasedDeduplication="false", DeduplicationScope="queue",
                      FifoThroughputLimit="perQueue")
     attrs.update(row["attributes"])
+    for empty in [k for k in p.REMOVABLE if attrs.get(k) == ""]:
+        del attrs[empty]  # stored empty before an empty value removed it
     return attrs
 
 
@@ -54,6 +56,8 @@ def create_queue(call: Call, params: dict[str, Any]) -> Reply:
                       "underscores, must end with .fifo suffix.")
     attrs = p.queue_attributes(given, fifo=fifo, creating=True)
     attrs.pop("FifoQueue", None)
+    for empty in [k for k in p.REMOVABLE if attrs.get(k) == ""]:
+        del attrs[empty]  # an empty Policy or RedrivePolicy: none
     tags = _tags(params.get("tags"))
     with call.service.repo() as repo:
         _check_redrive(call, repo, attrs)
@@ -170,7 +174,8 @@ def set_queue_attributes(call: Call, params: dict[str, Any]) -> Reply:
             raise SqsError("MissingParameter", "The request must contain the parameter Attributes.")
         attrs = p.queue_attributes(given, fifo=row["fifo"], creating=False)
         _check_redrive(call, repo, attrs)
-        repo.sqs_queue_set_attributes(row["name"], attrs)
+        removed = [n for n in p.REMOVABLE if attrs.get(n) == ""]
+        repo.sqs_queue_set_attributes(row["name"], {k: v for k, v in attrs.items() if k not in removed}, removed)
     call.forget_queue(row["name"])
     return {}
 

@@ -60,8 +60,10 @@ class SqsQueries(RepositoryBase):
         row = self._one("sqs_queue_purge", {"name": name, "worker_id": worker_id})
         return int(row["purged"]) if row else 0
 
-    def sqs_queue_set_attributes(self, name: str, attributes: dict[str, str]) -> bool:
-        return self._one("sqs_queue_set_attributes", {"name": name, "attributes": Jsonb(attributes)}) is not None
+    def sqs_queue_set_attributes(self, name: str, attributes: dict[str, str], removed: Sequence[str] = ()) -> bool:
+        """Merge ``attributes`` into the queue's and remove those named in ``removed``."""
+        return self._one("sqs_queue_set_attributes", {"name": name, "attributes": Jsonb(attributes),
+                                                      "removed": list(removed)}) is not None
 
     def sqs_queue_tag(self, name: str, tags: dict[str, str]) -> bool:
         return self._one("sqs_queue_tag", {"name": name, "tags": Jsonb(tags)}) is not None

@@ -73,9 +73,9 @@ WITH gone AS (
 SELECT count(*)::int AS purged FROM gone;
 
 -- name: sqs_queue_set_attributes
--- Merge attributes into an SQS queue (SQS names, string values) and stamp its modification time.
+-- Merge attributes into an SQS queue (SQS names, string values), remove the named ones (an empty Policy or RedrivePolicy) and stamp its modification time.
 UPDATE {schema}.sqs_queues
-SET attributes = attributes || %(attributes)s::jsonb, modified_at = now()
+SET attributes = (attributes || %(attributes)s::jsonb) - %(removed)s::text[], modified_at = now()
 WHERE name = %(name)s
 RETURNING name;
 
