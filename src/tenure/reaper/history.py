@@ -46,7 +46,6 @@ log = logging.getLogger("tenure.reaper.history")
 ENSURE_INTERVAL_DEFAULT = 300.0
 
 
-
 class KeeperStore(Connected, HistoryStore, Protocol):
     """What :class:`HistoryKeeper` uses: the history area and the connection (a rollback after a
     failed step, on a connection inside a transaction)."""
