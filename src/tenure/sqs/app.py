@@ -65,19 +65,23 @@ async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     whose client has gone claims nothing more: a message it took would stay invisible, its
     receipt read by nobody, until its visibility timeout ended."""
     service = call.service
+    since = service.wakeups.notified
     req, found = await service.run(messages.receive_first, call, params)
+    if found or req.wait <= 0:
+        return {"Messages": found} if found else {}
     deadline = time.monotonic() + req.wait
     # After the body, the next ASGI message of a request is its disconnect.
-    gone = asyncio.ensure_future(call.receive()) if not found and req.wait > 0 and call.receive else None
+    gone = asyncio.ensure_future(call.receive()) if call.receive else None
     try:
-        while not found and not service.shutdown.draining:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            await service.wakeups.wait(req.queue["name"], min(left, call.config.long_poll_recheck))
-            if service.shutdown.draining or (gone is not None and gone.done()):
-                break
-            found = await service.run(messages.receive_once, call, req)
+        with service.wakeups.subscribe(req.queue["name"], since) as wakeups:
+            while not found and not service.shutdown.draining:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await wakeups.wait(min(left, call.config.long_poll_recheck))
+                if service.shutdown.draining or (gone is not None and gone.done()):
+                    break
+                found = await service.run(messages.receive_once, call, req)
     finally:
         if gone is not None and not gone.done():
             gone.cancel()

@@ -93,7 +93,11 @@ class SqsConfig:
 class Wakeups:
     """Long polls waiting per queue, woken when the database notifies the queue (enqueue,
     release, requeue), and all at once by :meth:`drain`. One thread holds the LISTEN connection
-    (a :class:`~tenure.core.service.ListenLoop`: reopened with jittered backoff after an error)."""
+    (a :class:`~tenure.core.service.ListenLoop`: reopened with jittered backoff after an error).
+
+    A long poll holds one :class:`Subscription` from its first claim to its answer, so a
+    notification that arrives while it claims (between two waits) is kept, not lost: the next
+    wait returns at once and claims again."""
 
     def __init__(self, config: SqsConfig) -> None:
         self.config = config
@@ -101,6 +105,11 @@ class Wakeups:
         self.waiting: dict[str, set[asyncio.Event]] = {}
         self.draining = False
         """Set by :meth:`drain`: a wait returns at once."""
+        self.notified = 0
+        """How many notifications this process has had (any queue); a subscription's start."""
+        self.last_notified: dict[str, int] = {}
+        """Per queue, the value of :attr:`notified` at its latest notification (one entry per
+        queue name notified, as bounded as the queues)."""
         self.listen = ListenLoop(dsn=config.dsn, schema=config.schema, application_name="tenure-sqs-listen",
                                  log=log, on_notify=self._notified)
 
@@ -121,20 +130,19 @@ class Wakeups:
             for event in events:
                 event.set()
 
+    def subscribe(self, queue: str, since: int) -> Subscription:
+        """Wake-ups of ``queue`` from now on, and at once if it was notified after ``since`` (a
+        value of :attr:`notified` read before the poll's first claim). Use as a context manager."""
+        return Subscription(self, queue, woken=self.last_notified.get(queue, 0) > since)
+
     async def wait(self, queue: str, timeout: float) -> None:
         """Until the queue is notified, ``timeout`` seconds pass, or the server drains."""
-        if self.draining:
-            return
-        event = asyncio.Event()
-        self.waiting.setdefault(queue, set()).add(event)
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
-        finally:
-            self.waiting.get(queue, set()).discard(event)
+        with self.subscribe(queue, self.notified) as subscription:
+            await subscription.wait(timeout)
 
     def _wake(self, queue: str) -> None:
+        self.notified += 1
+        self.last_notified[queue] = self.notified
         for event in self.waiting.get(queue, ()):
             event.set()
 
@@ -142,6 +150,34 @@ class Wakeups:
         """On the LISTEN thread: wake the queue's long polls on the event loop."""
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self._wake, queue)
+
+
+class Subscription:
+    """One long poll's interest in one queue, registered for its whole life (event loop only)."""
+
+    def __init__(self, wakeups: Wakeups, queue: str, *, woken: bool) -> None:
+        self.wakeups = wakeups
+        self.queue = queue
+        self.event = asyncio.Event()
+        if woken or wakeups.draining:
+            self.event.set()
+
+    def __enter__(self) -> Subscription:
+        self.wakeups.waiting.setdefault(self.queue, set()).add(self.event)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wakeups.waiting.get(self.queue, set()).discard(self.event)
+
+    async def wait(self, timeout: float) -> None:
+        """Until a notification since the last wait, ``timeout`` seconds, or the drain."""
+        if not self.event.is_set():
+            try:
+                await asyncio.wait_for(self.event.wait(), timeout)
+            except TimeoutError:
+                pass
+        if not self.wakeups.draining:
+            self.event.clear()
 
 
 class SqsService(PooledService[SqsServiceStore]):
