@@ -12,7 +12,7 @@ from tenure.core.db import connect
 from tenure.core.embedded import bin_dir
 from tenure.core.errors import SchemaTooNewError
 from tenure.core.queries import migrations, schema_sql
-from tenure.core.repository import Repository
+from tenure.core.repository import JobSpec, Repository
 
 pytestmark = pytest.mark.integration
 
@@ -67,8 +67,19 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
             Repository(conn, f"x_{uuid.uuid4().hex[:8]}").check_schema()
 
 
+def _undo_0011(conn: object, schema: str) -> None:
+    """Back to version 10: no flow keys, per-key limits or their record."""
+    for stmt in ("DROP TABLE {s}.flow_keys", "DROP TABLE {s}.flow_changes",
+                 "ALTER TABLE {s}.queues DROP COLUMN per_key_running",
+                 "DROP VIEW {s}.all_jobs", "ALTER TABLE {s}.job_history DROP COLUMN flow_key",
+                 "ALTER TABLE {s}.jobs DROP COLUMN flow_key",
+                 "CREATE VIEW {s}.all_jobs AS SELECT * FROM {s}.jobs UNION ALL SELECT * FROM {s}.job_history"):
+        conn.execute(stmt.format(s=f'"{schema}"'))  # type: ignore[attr-defined]
+
+
 def _undo_0009(conn: object, schema: str) -> None:
     """Back to version 8: no history table, view, keys table or partition functions."""
+    _undo_0011(conn, schema)
     for stmt in ("DROP VIEW {s}.all_jobs", "DROP TABLE {s}.job_history", "DROP TABLE {s}.job_keys",
                  "DROP FUNCTION {s}.job_history_ensure", "DROP FUNCTION {s}.job_history_drop_oldest"):
         conn.execute(stmt.format(s=f'"{schema}"'))  # type: ignore[attr-defined]
@@ -103,6 +114,21 @@ def test_an_older_schema_is_upgraded_in_order(dsn: str, schema: str) -> None:
         repo.worker_register("w", host="h", pid=1, queues=["q"], concurrency=1, heartbeat_seconds=1,
                              version="t", lease_seconds=30)
         assert repo.worker_list()[0]["lease_seconds"] == 30
+
+
+def test_version_10_with_jobs_gains_flow_keys(dsn: str, schema: str) -> None:
+    """0011 on a populated version-10 schema: existing jobs have no flow key and are claimed as
+    before; a per-key limit then holds for new keyed jobs."""
+    with connect(dsn) as conn:
+        _undo_0011(conn, schema)
+        conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version > 10')
+        conn.execute(f"INSERT INTO \"{schema}\".jobs (task) VALUES ('old')")
+        repo = Repository(conn, schema)
+        assert repo.migrate() == [11]
+        repo.enqueue_many([JobSpec("new", flow_key="k"), JobSpec("new", flow_key="k")])
+        repo.flow_per_key_set("default", 1, requested_by="test")
+        assert sorted((j.task, j.flow_key) for j in repo.claim("w", ["default"], 10, 30)) == [
+            ("new", "k"), ("old", None)]
 
 
 def test_version_3_with_jobs_gains_job_control(dsn: str, schema: str) -> None:

@@ -93,7 +93,7 @@ def test_named_queries_follow_house_style() -> None:
     for name, (description, sql) in queries.items():
         assert re.fullmatch(r"[a-z]+(_[a-z]+)+", name), name
         assert name.split("_")[0] in {"job", "queue", "worker", "execution", "dlq", "db", "migration",
-                                      "periodic", "reaper", "sqs"}, name
+                                      "periodic", "reaper", "sqs", "flow"}, name
         assert len(description) > 10, name
         assert "{schema}" in sql or (name == "queue_listen" and "{channel}" in sql) \
             or name in ("db_now", "db_statement_timeout_set", "migration_lock", "migration_table_exists", "job_table_analyze_lock",

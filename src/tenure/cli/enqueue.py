@@ -18,7 +18,7 @@ from tenure.core.errors import ConfigError, JobSpecError
 from tenure.core.repository import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, JobSpec, iter_batches
 
 ORDER = 20
-FILE_FIELDS = ("task", "payload", "queue", "max_attempts", "delay", "idempotency_key", "priority")
+FILE_FIELDS = ("task", "payload", "queue", "max_attempts", "delay", "idempotency_key", "priority", "flow_key")
 INSERT_BATCH = 5000
 
 
@@ -32,8 +32,11 @@ def register(sub: Any) -> None:
     p.add_argument("--max-attempts", type=positive_int, default=MAX_ATTEMPTS_DEFAULT)
     p.add_argument("--priority", type=int, default=PRIORITY_DEFAULT,
                    help=f"integer in [{PRIORITY_MIN}, {PRIORITY_MAX}], default {PRIORITY_DEFAULT}; higher runs first")
+    p.add_argument("--flow-key", default=None,
+                   help="what flow control counts by, e.g. tenant:acme (at most 200 bytes; docs/flow.md)")
     p.add_argument("--from-file", default=None,
-                   help="JSON lines: {task, payload, queue, idempotency_key, max_attempts, delay, priority}; the flags give "
+                   help="JSON lines: {task, payload, queue, idempotency_key, max_attempts, delay, priority, flow_key}; "
+                        "the flags give "
                         "the defaults; one bad line refuses the whole file")
     p.set_defaults(func=cmd_enqueue)
 
@@ -56,7 +59,8 @@ def spec_from_line(item: Any, defaults: argparse.Namespace) -> JobSpec:
         raise JobSpecError("the task field is required")
     spec = JobSpec(task=task, payload=item.get("payload", {}), queue=item.get("queue", defaults.queue),
                    max_attempts=item.get("max_attempts", defaults.max_attempts), delay=delay,
-                   idempotency_key=item.get("idempotency_key"), priority=item.get("priority", defaults.priority))
+                   idempotency_key=item.get("idempotency_key"), priority=item.get("priority", defaults.priority),
+                   flow_key=item.get("flow_key", defaults.flow_key))
     spec.validate()
     return spec
 
@@ -97,10 +101,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     except (json.JSONDecodeError, TypeError) as exc:  # TypeError: argparse turns `--payload=--` into a list
         raise ConfigError(f"--payload is not valid JSON: {exc}") from None
     JobSpec(args.task, payload, args.queue, args.max_attempts, args.delay, args.idempotency_key,
-            args.priority).validate()
+            args.priority, args.flow_key).validate()
     conn, repo = open_repo(args)
     with conn:
         result = repo.enqueue(args.task, payload, queue=args.queue, idempotency_key=args.idempotency_key,
-                              delay=args.delay, max_attempts=args.max_attempts, priority=args.priority)
+                              delay=args.delay, max_attempts=args.max_attempts, priority=args.priority,
+                              flow_key=args.flow_key)
     print(result.id if result.created else f"{result.id} (existing job with this idempotency key)")
     return 0

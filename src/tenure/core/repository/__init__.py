@@ -22,6 +22,7 @@ file of the same name, ``sql/queries/<area>.sql``:
 - ``periodic``: periodic schedules; ``sqs``: the queues and messages of `tenure sqs`;
 - ``browse``: the job browser of `tenure ui` and `tenure jobs list` (one filter for pages, counts,
   bulk actions and the CLI's listing);
+- ``flow``: per-key running limits and their status (the claim enforces them);
 - ``history``: where completed jobs live (day partitions, the batched move, retention of
   completed and cancelled jobs); :mod:`tenure.reaper.history` decides when they run.
 
@@ -40,6 +41,7 @@ from tenure.core.repository.control import ControlQueries
 from tenure.core.repository.dlq import DeadLetterQueries
 from tenure.core.repository.enqueue import EnqueueQueries
 from tenure.core.repository.executions import ExecutionQueries
+from tenure.core.repository.flow import FlowQueries
 from tenure.core.repository.history import (
     HISTORY_DAYS_AHEAD_DEFAULT,
     HISTORY_DAYS_BACK_DEFAULT,
@@ -83,6 +85,7 @@ from tenure.core.repository.stores import (
     DeadLetterStore,
     EnqueueStore,
     ExecutionStore,
+    FlowStore,
     HistoryStore,
     LeaseStore,
     PeriodicStore,
@@ -101,20 +104,20 @@ __all__ = [
     "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
     "max_payload_bytes",
     # The faces (tenure.core.repository.stores).
-    "BrowseStore", "Connected", "ControlStore", "DeadLetterStore", "EnqueueStore", "ExecutionStore", "HistoryStore",
-    "LeaseStore", "PeriodicStore", "ReadStore", "ReapingStore", "RegistryStore", "SchemaStore", "SqsStore",
+    "BrowseStore", "Connected", "ControlStore", "DeadLetterStore", "EnqueueStore", "ExecutionStore", "FlowStore",
+    "HistoryStore", "LeaseStore", "PeriodicStore", "ReadStore", "ReapingStore", "RegistryStore", "SchemaStore", "SqsStore",
 ]
 
 
 class Repository(SchemaQueries, EnqueueQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
                  ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries, BrowseQueries,
-                 HistoryQueries):
+                 HistoryQueries, FlowQueries):
     """Named queries bound to one connection and one schema: every area's queries together."""
 
 
 if TYPE_CHECKING:
     def _faces(repo: Repository) -> tuple[Connected, SchemaStore, EnqueueStore, LeaseStore, ReapingStore, ReadStore,
                                           RegistryStore, ExecutionStore, DeadLetterStore, ControlStore,
-                                          PeriodicStore, SqsStore, BrowseStore, HistoryStore]:
+                                          PeriodicStore, SqsStore, BrowseStore, HistoryStore, FlowStore]:
         """Never called: mypy checks here that a Repository is every face its callers declare."""
-        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo)
+        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo)

@@ -17,11 +17,11 @@ class EnqueueQueries(RepositoryBase):
     def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
                 idempotency_key: str | None = None, delay: float = 0.0, max_attempts: int = 5,
                 payload_version: int = 1, correlation_id: str | None = None,
-                priority: int = PRIORITY_DEFAULT) -> EnqueueResult:
+                priority: int = PRIORITY_DEFAULT, flow_key: str | None = None) -> EnqueueResult:
         """Insert a job (or return the existing one with the same idempotency key).
         Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything.
         Traced (:mod:`tenure.core.tracing`): a PRODUCER span, whose context is stored with the job."""
-        text = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority).validate()
+        text = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority, flow_key).validate()
         if isinstance(payload_version, bool) or not isinstance(payload_version, int) or payload_version < 1:
             raise JobSpecError(f"payload_version must be a whole number >= 1, got {payload_version!r}")
         if correlation_id is not None:
@@ -31,7 +31,7 @@ class EnqueueQueries(RepositoryBase):
                       "payload_version": payload_version, "max_attempts": max_attempts,
                       "delay": float(delay), "idempotency_key": idempotency_key,
                       "correlation_id": correlation_id, "channel": self.channel,
-                      "trace_context": span.traceparent}
+                      "trace_context": span.traceparent, "flow_key": flow_key}
             for attempt in range(5):
                 row = self._one("job_enqueue", params)
                 if row is not None:
@@ -59,7 +59,8 @@ class EnqueueQueries(RepositoryBase):
                 "payloads": payloads,
                 "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
                 "idempotency_keys": [j.idempotency_key for j in jobs],
-                "priorities": [j.priority for j in jobs], "channel": self.channel,
+                "priorities": [j.priority for j in jobs], "flow_keys": [j.flow_key for j in jobs],
+                "channel": self.channel,
                 "trace_contexts": [s.traceparent for s in spans] or [None] * len(jobs)})
         except BaseException as exc:
             for span in spans:

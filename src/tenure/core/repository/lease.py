@@ -49,12 +49,14 @@ class ClaimedJob:
     priority: int = PRIORITY_DEFAULT
     trace_context: str | None = None
     """The W3C traceparent of the enqueue (None: not traced); each attempt's span is its child."""
+    flow_key: str | None = None
+    """The job's flow key (docs/flow.md), None when it has none."""
 
 
 _CLAIMED_FIELDS = tuple(f.name for f in dataclass_fields(ClaimedJob))
 _CLAIM_COLUMNS = ("id", "queue_name", "task", "payload", "payload_version", "attempt_count", "max_attempts",
                   "lock_token", "fence", "idempotency_key", "correlation_id", "checkpoint_step", "checkpoint_data",
-                  "lease_expires_at", "wait_seconds", "priority", "trace_context")
+                  "lease_expires_at", "wait_seconds", "priority", "trace_context", "flow_key")
 """``job_claim``'s columns, position by position the fields of :class:`ClaimedJob`."""
 
 

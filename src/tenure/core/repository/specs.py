@@ -91,6 +91,20 @@ def check_text(what: str, value: Any, *, name: bool = True) -> None:
         raise JobSpecError(f"{what} must not start or end with whitespace, got {value!r}")
 
 
+FLOW_KEY_MAX_BYTES = 200
+"""The longest flow key, in UTF-8 bytes (the schema's CHECK says the same)."""
+
+
+def check_flow_key(value: Any) -> str:
+    """Refuse (JobSpecError) a flow key that is not a string, is empty, has a NUL, or is over
+    :data:`FLOW_KEY_MAX_BYTES` bytes; returns it."""
+    check_text("flow key", value, name=False)
+    size = len(value.encode())
+    if size > FLOW_KEY_MAX_BYTES:
+        raise JobSpecError(f"flow key must be at most {FLOW_KEY_MAX_BYTES} bytes, got {size}")
+    return str(value)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One job to enqueue. :meth:`validate` is the one check every enqueue path runs
@@ -103,15 +117,20 @@ class JobSpec:
     delay: float = 0.0
     idempotency_key: str | None = None
     priority: int = PRIORITY_DEFAULT
+    flow_key: str | None = None
+    """A tenant, an account: what flow control counts and limits by (docs/flow.md)."""
 
     def validate(self) -> str:
         """Raise JobSpecError (a ValueError) naming the first invalid field: an empty task or queue
-        name (or one with surrounding whitespace or a NUL), an empty idempotency key, ``max_attempts``
+        name (or one with surrounding whitespace or a NUL), an empty idempotency key or flow key (or
+        one over 200 bytes), ``max_attempts``
         not a whole number from 1 to 2^31-1, a delay that is negative, not finite or above 100 years,
         or a payload jsonb cannot store (PayloadError). Returns the payload's stored JSON text."""
         check_text("task name", self.task)
         check_text("queue name", self.queue)
         check_priority(self.priority)
+        if self.flow_key is not None:
+            check_flow_key(self.flow_key)
         if self.idempotency_key is not None:
             check_text("idempotency key", self.idempotency_key, name=False)
         attempts = self.max_attempts

@@ -40,7 +40,9 @@ CREATE TABLE jobs (
     priority            smallint    NOT NULL DEFAULT 0,
     cancelled_at        timestamptz,
     trace_context       text,
+    flow_key            text,
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -100 AND 100),
+    CONSTRAINT jobs_flow_key_length CHECK (flow_key IS NULL OR octet_length(flow_key) BETWEEN 1 AND 200),
     CONSTRAINT jobs_running_has_lease CHECK (
         status <> 'running'
         OR (lock_token IS NOT NULL AND locked_by IS NOT NULL AND lease_expires_at IS NOT NULL)
@@ -71,6 +73,12 @@ CREATE INDEX jobs_task_id_idx ON jobs (task, id);
 CREATE INDEX jobs_finished_idx ON jobs (status, id) WHERE status IN ('completed', 'failed', 'cancelled');
 CREATE INDEX jobs_created_idx ON jobs USING brin (created_at);
 CREATE INDEX jobs_payload_idx ON jobs USING gin (payload jsonb_path_ops) WHERE status <> 'running';
+-- Flow keys (0011): running jobs per key (the claim's per-key count), ready jobs per key (the
+-- blocked counts), and a key's jobs in id order (`jobs list --flow-key`). Keyed rows only.
+CREATE INDEX jobs_flow_running_idx ON jobs (queue_name, flow_key) WHERE status = 'running' AND flow_key IS NOT NULL;
+CREATE INDEX jobs_flow_ready_idx ON jobs (queue_name, flow_key, available_at)
+    WHERE status = 'pending' AND flow_key IS NOT NULL;
+CREATE INDEX jobs_flow_key_id_idx ON jobs (flow_key, id) WHERE flow_key IS NOT NULL;
 
 -- Append-only audit of every transition, with the DB time it happened.
 CREATE TABLE job_events (
@@ -145,8 +153,32 @@ CREATE TABLE queues (
     max_running  integer     CHECK (max_running IS NULL OR max_running >= 1),
     paused_at    timestamptz,
     updated_by   text,
-    updated_at   timestamptz NOT NULL DEFAULT now()
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    per_key_running integer  CHECK (per_key_running IS NULL OR per_key_running >= 1)
 );
+
+-- Per-key running limits that override a queue's per_key_running for one flow key (0011).
+CREATE TABLE flow_keys (
+    queue_name  text        NOT NULL,
+    flow_key    text        NOT NULL CHECK (octet_length(flow_key) BETWEEN 1 AND 200),
+    running     integer     NOT NULL CHECK (running >= 1),
+    updated_by  text,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue_name, flow_key)
+);
+
+-- Append-only record of every flow-control change: who, when, what, from and to (0011).
+CREATE TABLE flow_changes (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    changed_at  timestamptz NOT NULL DEFAULT now(),
+    changed_by  text        NOT NULL,
+    queue_name  text        NOT NULL,
+    flow_key    text,
+    setting     text        NOT NULL,
+    old_value   text,
+    new_value   text
+);
+CREATE INDEX flow_changes_queue_idx ON flow_changes (queue_name, id);
 
 -- Periodic schedules: the last slot enqueued per schedule (bounds catch-up, survives pruning) (0004).
 CREATE TABLE periodic_schedules (
@@ -215,6 +247,7 @@ CREATE INDEX job_history_queue_completed_idx ON job_history (queue_name, complet
 CREATE INDEX job_history_key_idx ON job_history (idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX job_history_created_idx ON job_history USING brin (created_at);
 CREATE INDEX job_history_payload_idx ON job_history USING gin (payload jsonb_path_ops);
+CREATE INDEX job_history_flow_key_id_idx ON job_history (flow_key, id) WHERE flow_key IS NOT NULL;
 
 -- Every job, wherever it lives: the readers' table (job pages, listings, the browser, counts).
 -- The CHECK above lets the planner skip job_history for any status but completed.

@@ -19,10 +19,10 @@ WITH key AS (
     RETURNING idempotency_key
 ), ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, payload_version, max_attempts,
-                               available_at, idempotency_key, correlation_id, priority, trace_context)
+                               available_at, idempotency_key, correlation_id, priority, trace_context, flow_key)
     SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(payload_version)s, %(max_attempts)s,
            now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s,
-           %(priority)s, %(trace_context)s
+           %(priority)s, %(trace_context)s, %(flow_key)s
     WHERE %(idempotency_key)s::text IS NULL OR EXISTS (SELECT 1 FROM key)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -46,9 +46,9 @@ RETURNING k.idempotency_key;
 WITH input AS (
     SELECT * FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
                          %(max_attempts)s::int[], %(delays)s::float8[], %(idempotency_keys)s::text[],
-                         %(priorities)s::smallint[], %(trace_contexts)s::text[])
+                         %(priorities)s::smallint[], %(trace_contexts)s::text[], %(flow_keys)s::text[])
                   WITH ORDINALITY AS t(queue_name, task, payload, max_attempts, delay, idempotency_key, priority,
-                                       trace_context, ord)
+                                       trace_context, flow_key, ord)
 ), keys AS (
     INSERT INTO {schema}.job_keys (idempotency_key)
     SELECT DISTINCT idempotency_key FROM input WHERE idempotency_key IS NOT NULL
@@ -56,9 +56,9 @@ WITH input AS (
     RETURNING idempotency_key
 ), ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, idempotency_key, priority,
-                               trace_context)
+                               trace_context, flow_key)
     SELECT queue_name, task, payload, max_attempts, now() + make_interval(secs => delay), idempotency_key, priority,
-           trace_context
+           trace_context, flow_key
     FROM input WHERE idempotency_key IS NULL OR idempotency_key IN (SELECT idempotency_key FROM keys)
     ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

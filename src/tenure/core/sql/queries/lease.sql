@@ -9,19 +9,29 @@
 -- fragment x_filter. Every time comparison uses the database clock (now()), never the worker's (R6).
 
 -- name: job_claim
--- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, jobs ready longer than `aging` first (oldest first), then by priority; fresh token and fence per job, lease from the DB clock (R1).
--- Ungated (`gated` false: one autocommit statement, the hot path), a requested queue with a global
--- max_running makes it claim nothing and return one marker row (all NULL) instead: the caller then
--- runs it gated, after queue_claim_gate in the same transaction, and each limited queue is capped by
--- max_running minus its running count. Each queue (in the order given) is one index probe for the
--- aged lane (jobs_ready_idx) and one scan of the rest in priority order (jobs_ready_priority_idx);
--- the lanes are disjoint by available_at, so a row is never taken twice.
+-- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, jobs ready longer than `aging` first (oldest first), then by priority, never past a queue's or a flow key's running limit; fresh token and fence per job, lease from the DB clock (R1).
+-- Ungated (`gated` false: one autocommit statement, the hot path), a requested queue with a
+-- running limit (a global max_running, a per_key_running or a flow_keys row) makes it claim
+-- nothing and return one marker row (all NULL) instead: the caller then runs it gated, after
+-- queue_claim_gate in the same transaction, so every count below sees every committed claim of
+-- the queue. Each limited queue is capped by max_running minus its running count.
+-- Each queue (in the order given) is one index probe for the aged lane (jobs_ready_idx) and one
+-- scan of the rest in priority order (jobs_ready_priority_idx); the lanes are disjoint by
+-- available_at, so a row is never taken twice.
+-- A queue with per-key limits (`keyed`) scans the same lanes but skips the jobs of keys already
+-- at their limit (counted from live running rows, jobs_flow_running_idx), takes up to 4x its
+-- room as candidates, and keeps, per key, no more than the key's room, in lane order. A running
+-- job counts until whatever ends its lease ends it; a refused late write frees nothing.
 -- A running attempt is recorded on its jobs row (owner, token, fence, started_at); its audit row (the attempt
 -- record) is written once, by whatever ends the attempt, so a claim inserts nothing into job_events.
 WITH q AS (
-    SELECT u.name, u.ord, s.max_running IS NOT NULL AS limited,
+    SELECT u.name, u.ord,
+           s.max_running IS NOT NULL OR s.per_key_running IS NOT NULL
+               OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = u.name) AS limited,
+           %(gated)s::boolean AND (s.per_key_running IS NOT NULL
+               OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = u.name)) AS keyed,
+           s.per_key_running,
            CASE WHEN s.max_running IS NULL THEN %(limit)s::int
-                WHEN NOT %(gated)s::boolean THEN 0
                 ELSE greatest(0, least(%(limit)s::int, s.max_running - (
                     SELECT count(*)::int FROM {schema}.jobs r
                     WHERE r.status = 'running' AND r.queue_name = u.name))) END AS room
@@ -35,17 +45,58 @@ WITH q AS (
     SELECT x.id FROM q CROSS JOIN LATERAL (
         SELECT a.id FROM (
             SELECT id FROM {schema}.jobs
-            WHERE status = 'pending' AND queue_name = q.name
+            WHERE status = 'pending' AND queue_name = q.name AND NOT q.keyed
               AND available_at <= now() - make_interval(secs => %(aging)s)
             ORDER BY available_at, id
             LIMIT q.room FOR UPDATE SKIP LOCKED) a
         UNION ALL
         SELECT r.id FROM (
             SELECT id FROM {schema}.jobs
-            WHERE status = 'pending' AND queue_name = q.name AND available_at <= now()
+            WHERE status = 'pending' AND queue_name = q.name AND NOT q.keyed AND available_at <= now()
               AND available_at > now() - make_interval(secs => %(aging)s)
             ORDER BY priority DESC, available_at, id
             LIMIT q.room FOR UPDATE SKIP LOCKED) r
+        UNION ALL
+        SELECT k.id FROM (
+            WITH running AS (
+                SELECT r.flow_key, count(*)::int AS n, coalesce(min(f.running), q.per_key_running) AS cap
+                FROM {schema}.jobs r
+                LEFT JOIN {schema}.flow_keys f ON f.queue_name = q.name AND f.flow_key = r.flow_key
+                WHERE r.status = 'running' AND r.queue_name = q.name AND r.flow_key IS NOT NULL AND q.keyed
+                GROUP BY r.flow_key
+            ), full_keys AS (
+                SELECT flow_key FROM running WHERE n >= cap
+            ), candidates AS (
+                SELECT c.id, c.flow_key, row_number() OVER () AS lane_order FROM (
+                    SELECT a.id, a.flow_key FROM (
+                        SELECT id, flow_key FROM {schema}.jobs
+                        WHERE status = 'pending' AND queue_name = q.name AND q.keyed
+                          AND available_at <= now() - make_interval(secs => %(aging)s)
+                          AND (flow_key IS NULL OR flow_key NOT IN (SELECT flow_key FROM full_keys))
+                        ORDER BY available_at, id
+                        LIMIT 4 * q.room FOR UPDATE SKIP LOCKED) a
+                    UNION ALL
+                    SELECT r.id, r.flow_key FROM (
+                        SELECT id, flow_key FROM {schema}.jobs
+                        WHERE status = 'pending' AND queue_name = q.name AND q.keyed AND available_at <= now()
+                          AND available_at > now() - make_interval(secs => %(aging)s)
+                          AND (flow_key IS NULL OR flow_key NOT IN (SELECT flow_key FROM full_keys))
+                        ORDER BY priority DESC, available_at, id
+                        LIMIT 4 * q.room FOR UPDATE SKIP LOCKED) r
+                    LIMIT 4 * q.room
+                ) c
+            ), ranked AS (
+                SELECT c.id, c.flow_key, c.lane_order,
+                       row_number() OVER (PARTITION BY c.flow_key ORDER BY c.lane_order) AS nth
+                FROM candidates c
+            )
+            SELECT d.id FROM ranked d
+            LEFT JOIN running rn ON rn.flow_key = d.flow_key
+            LEFT JOIN {schema}.flow_keys f ON f.queue_name = q.name AND f.flow_key = d.flow_key
+            WHERE d.flow_key IS NULL OR coalesce(f.running, q.per_key_running) IS NULL
+               OR d.nth <= coalesce(f.running, q.per_key_running) - coalesce(rn.n, 0)
+            ORDER BY d.lane_order
+            LIMIT q.room) k
         LIMIT q.room
     ) x
     WHERE NOT (SELECT blocked FROM blocked)
@@ -62,25 +113,27 @@ WITH q AS (
               j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
               j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
               greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority,
-              j.trace_context,
+              j.trace_context, j.flow_key,
               j.available_at <= now() - make_interval(secs => %(aging)s) AS aged, j.available_at
 )
 (SELECT id, queue_name, task, payload, payload_version, attempt_count, max_attempts, lock_token, fence,
         idempotency_key, correlation_id, checkpoint_step, checkpoint_data, lease_expires_at, wait_seconds, priority,
-        trace_context
+        trace_context, flow_key
  FROM claimed
  ORDER BY array_position(%(queues)s::text[], queue_name), aged DESC,
           CASE WHEN aged THEN 0 ELSE -priority END, available_at, id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM blocked WHERE blocked;
 
 -- name: queue_claim_gate
--- Lock the control rows of the claimed queues that have a global running limit (in name order), so limited claims serialise and the next statement counts every committed claim; returns their names.
-SELECT name FROM {schema}.queues
-WHERE name = ANY(%(queues)s::text[]) AND max_running IS NOT NULL AND NOT paused
-ORDER BY name
-FOR UPDATE;
+-- Lock the control rows of the claimed queues that have a running limit (global, per key, or for one key), in name order, so limited claims serialise and the next statement counts every committed claim; returns their names.
+SELECT s.name FROM {schema}.queues s
+WHERE s.name = ANY(%(queues)s::text[]) AND NOT s.paused
+  AND (s.max_running IS NOT NULL OR s.per_key_running IS NOT NULL
+       OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = s.name))
+ORDER BY s.name
+FOR UPDATE OF s;
 
 -- name: job_heartbeat
 -- Renew every lease a worker holds in one statement (CAS per job on its token), bounded by the max total lease (R3, R4).

@@ -192,7 +192,7 @@ WITH inflight AS (
     RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count, j.max_attempts,
               j.lock_token, j.fence, j.idempotency_key, j.correlation_id, j.checkpoint_step, j.checkpoint_data,
               j.lease_expires_at, greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds,
-              j.priority, j.trace_context
+              j.priority, j.trace_context, j.flow_key
 )
 SELECT * FROM claimed ORDER BY id;
 
