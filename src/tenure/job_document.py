@@ -13,22 +13,27 @@ start; the payload and error texts are redacted with the DLQ's default policy
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from tenure.core.redaction import Redaction
-from tenure.core.repository import REJECTED_WRITE_EVENTS, Repository, Row
+from tenure.core.repository import REJECTED_WRITE_EVENTS, ExecutionStore, ReadStore, Repository, Row
 
 REAP_EVENTS = ("reaped_due_to_expired_lease", "reaped_to_dead_letter")
 NOT_AN_ATTEMPT_END = frozenset({*REJECTED_WRITE_EVENTS, "claimed"})
 """Events with a lock token that do not end its attempt: refused late writes, old claim records."""
 
 
+class JobDocumentStore(ReadStore, ExecutionStore, Protocol):
+    """What a job's document reads: the job and its events (reads area), its effects' keys
+    (executions area)."""
+
+
 def job_document(conn: psycopg.Connection[Any], job_id: int, *, schema: str = "tenure",
                  redaction: Redaction | None = None) -> dict[str, Any] | None:
     """The document of one job (any status), None when there is no such job."""
-    repo = Repository(conn, schema)
+    repo: JobDocumentStore = Repository(conn, schema)
     job = repo.get_job(job_id)
     if job is None:
         return None

@@ -110,7 +110,10 @@ def subcommands(parser: argparse.ArgumentParser, dest: str) -> Any:
 
 def open_repo(args: argparse.Namespace, *, check: bool = True,
               application_name: str = "tenure") -> tuple[psycopg.Connection[Any], Repository]:
-    """Connect to ``args.dsn`` and, with ``check``, refuse a missing or newer schema."""
+    """Connect to ``args.dsn`` and, with ``check``, refuse a missing or newer schema. A command
+    binds the repository to the face(s) it uses (``conn, repository = open_repo(args)`` then
+    ``repo: DeadLetterStore = repository``: an annotated first assignment, which mypy keeps as
+    declared) and uses only that, never the whole :class:`~tenure.core.repository.Repository`."""
     conn = connect(args.dsn, application_name=application_name)
     repo = Repository(conn, args.schema)
     if check:

@@ -18,6 +18,7 @@ from tenure import control
 from tenure.cli.common import command, duration, open_repo, positive_int, print_json, subcommands, table
 from tenure.cli.jobs import cmd_show as cmd_jobs_show
 from tenure.core.errors import ConfigError
+from tenure.core.repository import DeadLetterStore
 from tenure.worker.app import App, load_app
 
 ORDER = 90
@@ -58,7 +59,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    conn, repo = open_repo(args)
+    conn, repository = open_repo(args)
+    repo: DeadLetterStore = repository
     with conn:
         rows = repo.dlq_list(queue=args.queue, error_code=args.error_code, limit=args.limit)
     if args.json:
@@ -117,7 +119,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    conn, repo = open_repo(args)
+    conn, repository = open_repo(args)
+    repo: DeadLetterStore = repository
     with conn:
         deleted = repo.dlq_purge(args.older_than, args.queue)
     print(f"purged {deleted} dead-lettered job(s)")

@@ -18,6 +18,7 @@ from tenure.observability.doctor import (
     WINDOW_SECONDS_DEFAULT,
     Doctor,
     DoctorConfig,
+    DoctorStore,
     render_text,
 )
 from tenure.reaper.reaper import GRACE_DEFAULT, INTERVAL_DEFAULT
@@ -57,7 +58,8 @@ def config_from_args(args: argparse.Namespace) -> DoctorConfig:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     doctor = Doctor(config_from_args(args))
-    conn, repo = open_repo(args, application_name="tenure-doctor")
+    conn, repository = open_repo(args, application_name="tenure-doctor")
+    repo: DoctorStore = repository
     with conn:
         report = doctor.run_once(repo)
     if args.json:

@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from tenure.cli.common import command, duration, open_repo, positive_int, print_json, subcommands, table
+from tenure.core.repository import HistoryStore
 from tenure.reaper.history import HISTORY_MOVE_BATCH_DEFAULT, move_legacy
 
 ORDER = 82
@@ -31,7 +32,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_history_move(args: argparse.Namespace) -> int:
-    conn, repo = open_repo(args)
+    conn, repository = open_repo(args)
+    repo: HistoryStore = repository
     with conn:
         done = move_legacy(repo, batch=args.batch, pause=args.pause)
     rate = f", {done.moved / done.seconds:,.0f}/s" if done.moved and done.seconds > 0 else ""
@@ -41,7 +43,8 @@ def cmd_history_move(args: argparse.Namespace) -> int:
 
 
 def cmd_history_status(args: argparse.Namespace) -> int:
-    conn, repo = open_repo(args)
+    conn, repository = open_repo(args)
+    repo: HistoryStore = repository
     with conn:
         parts = repo.history_partitions()
     if args.json:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Protocol
 
 from tenure.cli.common import command, open_repo
+from tenure.core.repository import HistoryStore, SchemaStore
 from tenure.reaper.history import ensure_partitions
 
 ORDER = 10
+
+
+class MigrateStore(SchemaStore, HistoryStore, Protocol):
+    """What `tenure migrate` uses: the migrations and the version (schema area), then the day
+    partitions of job_history (history area)."""
 
 
 def register(sub: Any) -> None:
@@ -16,7 +22,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    conn, repo = open_repo(args, check=False)
+    conn, repository = open_repo(args, check=False)
+    repo: MigrateStore = repository
     with conn:
         applied = repo.migrate()
         version = repo.schema_version()

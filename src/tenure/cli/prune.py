@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from tenure.cli.common import command, duration, open_repo, positive_int
-from tenure.reaper.history import PRUNE_BATCH_DEFAULT, Retention, RetentionConfig
+from tenure.reaper.history import PRUNE_BATCH_DEFAULT, Retention, RetentionConfig, RetentionStore
 
 ORDER = 80
 
@@ -24,7 +24,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    conn, repo = open_repo(args)
+    conn, repository = open_repo(args)
+    repo: RetentionStore = repository
     with conn:
         pruned = Retention(RetentionConfig(older_than=args.older_than, batch=args.batch)).run_once(repo)
     print(f"pruned {pruned.completed} completed job(s) ({pruned.partitions} history partition(s) dropped), "

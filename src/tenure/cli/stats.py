@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tenure.cli.common import command, open_repo, print_json, table
+from tenure.core.repository import ReadStore
 
 ORDER = 60
 HEADERS = ("queue", "state", "ready", "sched", "running", "in_flight", "expired", "redelivered", "done", "dlq",
@@ -25,7 +26,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    conn, repo = open_repo(args)
+    conn, repository = open_repo(args)
+    repo: ReadStore = repository
     with conn:
         stats = repo.queue_stats(args.queue)
     if args.json:

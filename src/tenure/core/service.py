@@ -24,7 +24,7 @@ import psycopg
 
 from tenure.core.db import Connection, connect
 from tenure.core.errors import first_line
-from tenure.core.repository import Repository
+from tenure.core.repository import BrowseStore, Repository
 
 RECONNECT_FIRST_DEFAULT = 0.2
 RECONNECT_MAX_DEFAULT = 5.0
@@ -121,7 +121,9 @@ class ListenLoop:
     Each pass calls ``tick(repo)`` (optional: e.g. the UI's change feed reads what changed),
     then waits up to ``wait_seconds`` for notifications and hands each payload to
     ``on_notify``. ``on_connect(repo)`` runs after each (re)connect and LISTEN: anything
-    notified while the connection was down was missed.
+    notified while the connection was down was missed. Both callbacks see the browse face of
+    the loop's connection (what changed: the newest job, the events since one), not the whole
+    repository.
 
     Limits: a notification may be lost (a reconnect, a restart): callers keep a polling
     fallback. The callbacks run on this thread; they must not block.
@@ -129,8 +131,8 @@ class ListenLoop:
 
     def __init__(self, *, dsn: str, schema: str, application_name: str, log: logging.Logger,
                  on_notify: Callable[[str], None] | None = None,
-                 on_connect: Callable[[Repository], None] | None = None,
-                 tick: Callable[[Repository], object] | None = None,
+                 on_connect: Callable[[BrowseStore], None] | None = None,
+                 tick: Callable[[BrowseStore], object] | None = None,
                  wait_seconds: float = LISTEN_WAIT_DEFAULT, stop: threading.Event | None = None,
                  thread_name: str | None = None) -> None:
         self.schema, self.log, self.wait_seconds = schema, log, wait_seconds
@@ -140,7 +142,7 @@ class ListenLoop:
         self.thread_name = thread_name or application_name
         self.conn = ServiceConnection(dsn, application_name, stop=self.stop, log=log)
         self._listening_on: object = None
-        self._repo: Repository | None = None
+        self._repo: BrowseStore | None = None
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = -1, -1
 
@@ -172,9 +174,9 @@ class ListenLoop:
         """One pass: (re)connect and LISTEN if needed, ``tick``, one wait for notifications."""
         c = conn.get()
         if c is not self._listening_on or self._repo is None:
-            self._repo = Repository(c, self.schema)
-            self._repo.listen()
-            self._listening_on = c
+            repo = Repository(c, self.schema)
+            repo.listen()
+            self._repo, self._listening_on = repo, c
             if self.on_connect is not None:
                 self.on_connect(self._repo)
         if self.tick is not None:
