@@ -15,7 +15,7 @@ from typing import Any
 from tenure.cli.common import command, duration, open_repo, positive_int
 from tenure.core.backoff import MAX_ATTEMPTS_DEFAULT
 from tenure.core.errors import ConfigError, JobSpecError
-from tenure.core.repository import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, JobSpec, iter_batches
+from tenure.core.repository import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, EnqueueStore, JobSpec, iter_batches
 
 ORDER = 20
 FILE_FIELDS = ("task", "payload", "queue", "max_attempts", "delay", "idempotency_key", "priority", "flow_key")
@@ -89,7 +89,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         if args.task is not None:
             raise ConfigError("give a TASK or --from-file, not both")
         specs = read_job_file(args.from_file, args)
-        conn, repo = open_repo(args)
+        conn, repository = open_repo(args)
+        repo: EnqueueStore = repository
         with conn, conn.transaction():  # all or nothing: one transaction for every batch
             inserted = sum(repo.enqueue_many(batch) for batch in iter_batches(specs, INSERT_BATCH))
         print(f"enqueued {inserted} of {len(specs)} jobs ({len(specs) - inserted} duplicates skipped)")
@@ -102,7 +103,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise ConfigError(f"--payload is not valid JSON: {exc}") from None
     JobSpec(args.task, payload, args.queue, args.max_attempts, args.delay, args.idempotency_key,
             args.priority, args.flow_key).validate()
-    conn, repo = open_repo(args)
+    conn, repository = open_repo(args)
+    repo: EnqueueStore = repository
     with conn:
         result = repo.enqueue(args.task, payload, queue=args.queue, idempotency_key=args.idempotency_key,
                               delay=args.delay, max_attempts=args.max_attempts, priority=args.priority,
