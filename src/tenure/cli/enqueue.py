@@ -104,9 +104,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     JobSpec(args.task, payload, args.queue, args.max_attempts, args.delay, args.idempotency_key,
             args.priority, args.flow_key).validate()
     conn, repository = open_repo(args)
-    repo: EnqueueStore = repository
+    store: EnqueueStore = repository
     with conn:
-        result = repo.enqueue(args.task, payload, queue=args.queue, idempotency_key=args.idempotency_key,
+        result = store.enqueue(args.task, payload, queue=args.queue, idempotency_key=args.idempotency_key,
                               delay=args.delay, max_attempts=args.max_attempts, priority=args.priority,
                               flow_key=args.flow_key)
     print(result.id if result.created else f"{result.id} (existing job with this idempotency key)")
