@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tenure.chaos.proxy import TcpProxy
 from tenure.core.backoff import RetryPolicy
-from tenure.core.repository import Repository
+from tenure.core.repository import JobSpec, Repository
 from tenure.core.stats import QueueStats
 from tenure.observability.exporter import QueueCollector
 from tenure.observability.http import serve
@@ -44,6 +44,7 @@ GAUGES = {
     "live_workers": "tenure_queue_live_workers",
     "paused": "tenure_queue_paused",
     "max_running": "tenure_queue_max_running",
+    "keys_at_limit": "tenure_flow_keys_at_limit",
 }
 
 
@@ -124,6 +125,12 @@ def _populate(dsn: str, schema: str, repo: Repository) -> None:
                     rng=random.Random(2))
     assert len(reaper.run_once()) == 1  # one reaped, one still expired
 
+    # A flow limit: key "a" has 1 running of 1, its 2 other ready jobs are blocked, "b" runs.
+    repo.enqueue_many([JobSpec("t", queue="tenants", flow_key="a") for _ in range(3)]
+                      + [JobSpec("t", queue="tenants", flow_key="b")])
+    repo.flow_per_key_set("tenants", 1, requested_by="test")
+    assert sorted(str(j.flow_key) for j in repo.claim("w-live", ["tenants"], 10, 60)) == ["a", "b"]
+
 
 def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> None:
     _populate(dsn, schema, repo)
@@ -133,11 +140,13 @@ def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> N
     server = serve(0, registry, host="127.0.0.1")
     try:
         before = repo.queue_stats()
-        scraped = _stats_from_metrics(_scrape(server.server_address[1]))
+        samples = _scrape(server.server_address[1])
+        scraped = _stats_from_metrics(samples)
         after = repo.queue_stats()
     finally:
         _stop(server, collector)
-    assert set(scraped) == {"emails", "images", "paused-q"}
+    assert set(scraped) == {"emails", "images", "paused-q", "tenants"}
+    assert samples["tenure_flow_blocked_jobs"][(("queue", "tenants"), ("reason", "concurrency"))] == 2
     exp_before, exp_after = _expected(before), _expected(after)
     for queue, values in exp_before.items():
         got = scraped[queue]
@@ -147,7 +156,8 @@ def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> N
             else:
                 assert got[field] == value == exp_after[queue][field], (queue, field)
     # The workload really reached every state the exporter reports.
-    emails, images = exp_before["emails"], exp_before["images"]
+    emails, images, tenants = exp_before["emails"], exp_before["images"], exp_before["tenants"]
+    assert (tenants["ready"], tenants["blocked"], tenants["running"], tenants["keys_at_limit"]) == (0, 2, 2, 2)
     assert (emails["ready"], emails["scheduled"], emails["running"], emails["completed"], emails["failed"]) == \
         (1, 1, 1, 2, 1)
     assert emails["redelivered"] == 1 and emails["live_workers"] == 1 and emails["oldest_running_age_seconds"] > 0

@@ -166,8 +166,16 @@ class QueueCollector(Collector):
                                       "(absent: none).", labels=["queue"])
             reaped = CounterMetricFamily("tenure_queue_reaped_jobs", "Jobs recovered by the reaper.",
                                          labels=["queue"])
+            blocked = GaugeMetricFamily("tenure_flow_blocked_jobs", "Ready jobs a flow limit holds back, by "
+                                        "reason (concurrency: their key has its running limit reached).",
+                                        labels=["queue", "reason"])
+            at_limit = GaugeMetricFamily("tenure_flow_keys_at_limit", "Flow keys with their running limit "
+                                         "reached.", labels=["queue"])
             for s in stats:
-                for state, value in (("ready", s.ready), ("scheduled", s.scheduled), ("running", s.running),
+                blocked.add_metric([s.queue, "concurrency"], s.blocked)
+                at_limit.add_metric([s.queue], s.keys_at_limit)
+                for state, value in (("ready", s.ready), ("blocked", s.blocked), ("scheduled", s.scheduled),
+                                     ("running", s.running),
                                      ("completed", s.completed), ("failed", s.failed),
                                      ("cancelled", s.cancelled)):
                     jobs.add_metric([s.queue, state], value)
@@ -180,6 +188,8 @@ class QueueCollector(Collector):
             yield limit
             yield from gauges.values()
             yield reaped
+            yield blocked
+            yield at_limit
             yield from self._reaper_families()
         last = GaugeMetricFamily("tenure_exporter_last_success_timestamp_seconds",
                                  "Unix time of the last successful collection.")

@@ -41,6 +41,11 @@ class QueueStats:
     max_running: int | None = None
     """Global cap on running jobs across all workers (`tenure queues limit`), None: none."""
     cancelled: int = 0
+    blocked: int = 0
+    """Ready jobs a flow limit holds back (their key has its running limit reached); they are
+    not in ``ready``, which counts runnable jobs only (docs/flow.md)."""
+    keys_at_limit: int = 0
+    """Flow keys of the queue with their running limit reached."""
 
 
 class ReadQueries(RepositoryBase):
@@ -71,6 +76,14 @@ class ReadQueries(RepositoryBase):
             counts = {q: n for q, n in completed.items() if queue is None or q == queue}
         for name in counts.keys() - rows.keys():
             rows[name] = {"queue": name, **{f: 0 for f in _ZERO_STATS}, "paused": False, "max_running": None}
+        held = self._rows("flow_blocked_count", {"queues": [queue] if queue is not None else None})
+        for r in held:
+            row = rows.get(r["queue"])
+            if row is not None and r["blocked"]:
+                blocked = min(int(r["blocked"]), int(row["ready"]))
+                rows[r["queue"]] = {**row, "ready": int(row["ready"]) - blocked, "blocked": blocked}
+            if row is not None:
+                rows[r["queue"]] = {**rows[r["queue"]], "keys_at_limit": int(r["keys_at_limit"])}
         return [QueueStats(**{**rows[name], "completed": counts.get(name, 0)}) for name in sorted(rows)]
 
     def completed_counts(self, queue: str | None = None) -> dict[str, int]:
