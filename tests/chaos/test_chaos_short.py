@@ -84,5 +84,10 @@ def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
     # Issue 40: the harness sampled the workers while completions were held back (and every
     # sample stayed within concurrency: held_within_capacity held above).
     assert figures["capacity"]["samples_during_slow_completions"] >= 10, figures["capacity"]
+    # Issue 38: 6 flow keys limited to 2 running each; the limit bound (samples at it) and held
+    # in every sample (flow_within_limit above), by running rows, not only by live leases.
+    flow = figures["flow"]
+    assert flow["per_key_running"] == 2 and flow["peak_running_per_key"] == 2, flow
+    assert flow["samples_at_limit"] >= 10, flow
     offsets = report["clock_skew"]["observed_offsets_by_pid"].values()
     assert any(o > 290 for o in offsets) and any(o < -290 for o in offsets), report["clock_skew"]

@@ -210,3 +210,21 @@ def test_samples_above_concurrency_explained_by_a_fault_or_a_hang_are_excused() 
             "started_at": 1000.0, "ended_at": None}
     capped = verdict(faults=[hang], capacity=[sample(1006.0, 5, tokens=[T1, *(uuid.uuid4() for _ in range(4))])])
     assert capped.ok, capped.violations
+
+
+def test_a_flow_key_running_above_its_limit_is_caught_with_no_fault_excusing_it() -> None:
+    from tenure.chaos.invariants_flow import check_flow
+
+    at_limit = [{"sampled_at": 1.0 + i, "flow_key": "chaos-key:1", "running": 2, "live": 1} for i in range(3)]
+    held = Verdict()
+    check_flow(held, at_limit, per_key_running=2)
+    assert held.ok and held.figures["flow"]["samples_at_limit"] == 3
+    assert held.figures["flow"]["peak_live_per_key"] == 1
+    broken = Verdict()
+    check_flow(broken, [*at_limit, {"sampled_at": 9.0, "flow_key": "chaos-key:4", "running": 3, "live": 2}],
+               per_key_running=2)
+    assert not broken.ok
+    assert "'chaos-key:4' had 3 running jobs (2 under live leases)" in broken.violations["flow_within_limit"][0]
+    unlimited = Verdict()
+    check_flow(unlimited, [{"sampled_at": 1.0, "flow_key": "k", "running": 9, "live": 9}], per_key_running=0)
+    assert unlimited.ok and unlimited.figures["flow"]["per_key_running"] is None

@@ -63,6 +63,13 @@ CREATE TABLE IF NOT EXISTS {schema}.chaos_capacity_samples (
     held         integer     NOT NULL,
     tokens       uuid[]
 );
+CREATE TABLE IF NOT EXISTS {schema}.chaos_flow_samples (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sampled_at   timestamptz NOT NULL,
+    flow_key     text        NOT NULL,
+    running      integer     NOT NULL,
+    live         integer     NOT NULL
+);
 
 -- name: chaos_schema_drop
 -- Drop the whole run schema (tenure's tables and the harness's) at the end of a run.
@@ -130,6 +137,18 @@ SELECT now(), w.id, w.pid, w.concurrency, h.held, CASE WHEN h.held > w.concurren
 FROM (SELECT locked_by, count(*)::int AS held, array_agg(lock_token) AS tokens FROM {schema}.jobs
       WHERE status = 'running' AND lease_expires_at > now() GROUP BY locked_by) h
 JOIN {schema}.workers w ON w.id = h.locked_by;
+
+-- name: chaos_flow_sample
+-- The flow key with the most running jobs in one snapshot: its running rows and those under an unexpired lease (flow_within_limit).
+INSERT INTO {schema}.chaos_flow_samples (sampled_at, flow_key, running, live)
+SELECT now(), flow_key, count(*)::int, (count(*) FILTER (WHERE lease_expires_at > now()))::int FROM {schema}.jobs
+WHERE status = 'running' AND flow_key IS NOT NULL
+GROUP BY flow_key ORDER BY count(*) DESC LIMIT 1;
+
+-- name: chaos_flow_samples
+-- Every per-key running sample of the run, oldest first.
+SELECT extract(epoch FROM sampled_at)::float8 AS sampled_at, flow_key, running, live
+FROM {schema}.chaos_flow_samples ORDER BY id;
 
 -- name: chaos_capacity_samples
 -- Every per-worker held-job sample of the run, oldest first.

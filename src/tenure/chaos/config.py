@@ -30,6 +30,10 @@ RECOVERY_MARGIN_DEFAULT = 3.0
 WORK_MS_MIN_DEFAULT = 50.0
 WORK_MS_MAX_DEFAULT = 300.0
 SETTLE_TIMEOUT_DEFAULT = 180.0
+FLOW_KEYS_DEFAULT = 6
+"""Flow keys the run's jobs are spread over (job n gets key n mod this; issue 38)."""
+PER_KEY_RUNNING_DEFAULT = 2
+"""The run queue's running limit per flow key: 6 keys x 2 = the default fleet's 12 handler slots."""
 FAULT_GAP = 1.0
 """Seconds of calm between two process-level faults, so each reap has one cause."""
 HUNG_PER_WORKER_LIMIT = 2
@@ -97,6 +101,10 @@ class ChaosConfig:
     """Longest simulated work per job, in milliseconds."""
     settle_timeout: float = SETTLE_TIMEOUT_DEFAULT
     """Seconds after the last job and fault for every job to become terminal."""
+    flow_keys: int = FLOW_KEYS_DEFAULT
+    """Flow keys of the jobs (0: none); checked by ``flow_within_limit``."""
+    per_key_running: int = PER_KEY_RUNNING_DEFAULT
+    """The queue's running limit per flow key (0: none)."""
 
     def validate(self) -> None:
         if self.jobs < 1:
@@ -119,6 +127,8 @@ class ChaosConfig:
             raise ConfigError("max lease expiries and max attempts must be >= 1")
         if not 0 <= self.work_ms_min <= self.work_ms_max:
             raise ConfigError("work times must satisfy 0 <= min <= max")
+        if self.flow_keys < 0 or self.per_key_running < 0:
+            raise ConfigError("flow keys and the per-key running limit must be >= 0")
         if self.skew < 0 or self.recovery_margin < 0 or self.settle_timeout <= 0:
             raise ConfigError("skew and margin must be >= 0, settle timeout positive")
         for name in ("kills_per_kind", "hangs", "sigstops", "partitions", "pg_restarts", "gap_restarts",

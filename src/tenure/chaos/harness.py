@@ -50,6 +50,7 @@ from tenure.chaos.faults import FaultPlan, Injector, make_plan, skew_for, skew_m
 from tenure.chaos.fleet import Fleet
 from tenure.chaos.invariants import Verdict, check_all
 from tenure.chaos.invariants_control import check_job_control
+from tenure.chaos.invariants_flow import check_flow
 from tenure.chaos.journal import Journal
 from tenure.chaos.loop import Cadence, Hooks, Progress, run_until_settled
 from tenure.chaos.producer import Pace, Producer
@@ -127,8 +128,11 @@ class ChaosHarness:
             self.server = ensure_server(self.datadir)
             self.dsn = self.server.dsn
         with connect(self.dsn, application_name="tenure-chaos-setup") as conn:
-            Repository(conn, self.schema).migrate()
+            repo = Repository(conn, self.schema)
+            repo.migrate()
             ChaosStore(conn, self.schema).setup()
+            if self.config.flow_keys and self.config.per_key_running:
+                repo.flow_per_key_set(QUEUE, self.config.per_key_running, requested_by="tenure-chaos")
         self.journal.attach(self.dsn)
         self.journal.measure_offset()
 
@@ -154,6 +158,7 @@ class ChaosHarness:
             marker = plan.markers.get(n)
             return JobSpec(task=TIMED_TASK if marker == "overrun" else "chaos.job", queue=QUEUE,
                            max_attempts=c.max_attempts, idempotency_key=f"chaos-job:{n}",
+                           flow_key=f"chaos-key:{n % c.flow_keys}" if c.flow_keys else None,
                            payload={"n": n, "work_ms": round(plan.work_ms[n], 1),
                                     **({"fault": marker} if marker is not None else {})})
 
@@ -242,6 +247,7 @@ class ChaosHarness:
                                      timing=c.timing(), run_end=run_end, capacity=store.capacity_samples())
         check_job_control(verdict, jobs=jobs, faults=faults, reaps=reaps, pause_claims=pause_claims,
                           timeout_jobs=timeout_jobs)
+        check_flow(verdict, store.flow_samples(), per_key_running=c.per_key_running if c.flow_keys else 0)
         if self.proxy is not None:
             verdict.figures["proxy_connections_dropped"] = self.proxy.connections_dropped
         skew = {"method": skew_method, "requested_seconds": c.skew,
@@ -266,6 +272,14 @@ def _capacity_line(cap: dict[str, Any]) -> str:
     return (f"{cap.get('peak_held')} vs {cap.get('concurrency')} ({cap.get('peak_held_during_slow_completions')} in "
             f"{cap.get('samples_during_slow_completions', 0)} samples while locked); "
             f"{cap.get('samples_above', 0)} sample(s) above, {sum((cap.get('excused') or {}).values())} excused")
+
+
+def _flow_line(flow: dict[str, Any]) -> str:
+    if not flow.get("per_key_running"):
+        return "no per-key limit"
+    return (f"{flow.get('peak_running_per_key')} ({flow.get('peak_live_per_key')}) vs {flow['per_key_running']}; "
+            f"{flow.get('samples_at_limit', 0)} of {flow.get('samples', 0)} samples at the limit, "
+            f"{flow.get('samples_above', 0)} above")
 
 
 def format_report(report: ChaosReport) -> str:
@@ -300,6 +314,7 @@ def format_report(report: ChaosReport) -> str:
         ("finished attempts reaped: excused by a fault / not", "{excused} / {violations}".format(
             **f.get("returned_attempts_reaped", {"excused": 0, "violations": 0}))),
         ("held per worker: peak vs concurrency (slow completions)", _capacity_line(f.get("capacity") or {})),
+        ("running per flow key: peak (live leases) vs limit", _flow_line(f.get("flow") or {})),
         ("recovery of killed jobs p50/p99/max", f"{rec.get('p50')} / {rec.get('p99')} / {rec.get('max')} s "
                                                 f"(n={rec.get('n')}, bound {f.get('recovery_bound_seconds')}s)"),
         ("recovery, all faults p50/p99/max", f"{allrec.get('p50')} / {allrec.get('p99')} / {allrec.get('max')} s "

@@ -98,8 +98,10 @@ class ChaosStore:
         self._rows("chaos_lease_sample")
 
     def capacity_sample(self) -> None:
-        """One snapshot of the running jobs each worker holds under an unexpired lease."""
+        """One snapshot of the running jobs each worker holds under an unexpired lease, and of
+        the flow key with the most running jobs."""
         self._rows("chaos_capacity_sample")
+        self._rows("chaos_flow_sample")
 
     @contextmanager
     def history_locked(self, *, lock_timeout: float, idle_timeout: float) -> Iterator[float]:
@@ -134,6 +136,9 @@ class ChaosStore:
 
     def capacity_samples(self) -> list[Row]:
         return self._rows("chaos_capacity_samples")
+
+    def flow_samples(self) -> list[Row]:
+        return self._rows("chaos_flow_samples")
 
     def clock_offsets(self) -> list[Row]:
         return self._rows("chaos_clock_offsets")

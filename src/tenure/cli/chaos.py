@@ -40,7 +40,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         max_lease_expiries=args.max_lease_expiries, seed=args.seed, kills_per_kind=args.kills_per_kind,
         hangs=args.hangs, sigstops=args.sigstops, partitions=args.partitions, pg_restarts=args.pg_restarts,
         gap_restarts=args.gap_restarts, cancels=args.cancels, queue_pauses=args.queue_pauses, timeouts=args.timeouts,
-        slow_completions=args.slow_completions, skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout)
+        slow_completions=args.slow_completions, skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout,
+        flow_keys=args.flow_keys, per_key_running=args.per_key_running)
     config.validate()
     if args.ha:
         return _cmd_chaos_ha(args, config)
@@ -126,6 +127,10 @@ def register(sub: Any) -> None:
     p.add_argument("--slow-completions", type=count, default=None,
                    help="locks of job_history that hold every completion back as long as a SIGSTOP "
                         "(default: scaled by --duration)")
+    p.add_argument("--flow-keys", type=count, default=cfg.FLOW_KEYS_DEFAULT,
+                   help="flow keys the jobs are spread over (default %(default)s; 0: none)")
+    p.add_argument("--per-key-running", type=count, default=cfg.PER_KEY_RUNNING_DEFAULT,
+                   help="the queue's running limit per flow key, checked in every sample (default %(default)s; 0: none)")
     p.add_argument("--skew", type=duration, default=cfg.SKEW_DEFAULT,
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
     p.add_argument("--recovery-margin", type=duration, default=cfg.RECOVERY_MARGIN_DEFAULT,
