@@ -128,9 +128,9 @@ def register(sub: Any) -> None:
                    help="locks of job_history that hold every completion back as long as a SIGSTOP "
                         "(default: scaled by --duration)")
     p.add_argument("--flow-keys", type=count, default=cfg.FLOW_KEYS_DEFAULT,
-                   help="flow keys the jobs are spread over (default %(default)s; 0: none)")
+                   help="flow keys the jobs are spread over (0: none; default %(default)s)")
     p.add_argument("--per-key-running", type=count, default=cfg.PER_KEY_RUNNING_DEFAULT,
-                   help="the queue's running limit per flow key, checked in every sample (default %(default)s; 0: none)")
+                   help="the queue's running limit per flow key, checked in every sample (0: none; default %(default)s)")
     p.add_argument("--skew", type=duration, default=cfg.SKEW_DEFAULT,
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
     p.add_argument("--recovery-margin", type=duration, default=cfg.RECOVERY_MARGIN_DEFAULT,
