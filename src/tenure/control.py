@@ -24,6 +24,7 @@ import psycopg
 
 from tenure.core.errors import ConfigError
 from tenure.core.repository import BrowseStore, JobFilter, ReadStore, Repository
+from tenure.core.repository.specs import check_flow_key
 
 CANCELLABLE = ("pending", "running")
 RETRYABLE = ("failed", "cancelled")
@@ -133,14 +134,18 @@ def retry(conn: psycopg.Connection[Any], ids: Sequence[int], *, schema: str = "t
 def list_jobs(conn: psycopg.Connection[Any], *, schema: str = "tenure", queue: str | None = None,
               status: str | None = None, task: str | None = None, created_since: float | None = None,
               failed_since: float | None = None, cursor: int | None = None,
-              limit: int = 100) -> tuple[list[dict[str, Any]], int | None]:
-    """One page of jobs, newest first, and the cursor of the next page (None on the last)."""
+              limit: int = 100, flow_key: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of jobs, newest first, and the cursor of the next page (None on the last);
+    ``flow_key`` an exact match (an empty or over-long key is a JobSpecError)."""
     if status is not None and status not in JOB_STATUSES:
         raise ConfigError(f"unknown status {status!r} (one of {', '.join(JOB_STATUSES)})")
     if limit < 1:
         raise ConfigError("limit must be >= 1")
+    if flow_key is not None:
+        check_flow_key(flow_key)
     rows = Repository(conn, schema).job_list(queue=queue, status=status, task=task, created_since=created_since,
-                                             failed_since=failed_since, before_id=cursor, limit=limit + 1)
+                                             failed_since=failed_since, before_id=cursor, limit=limit + 1,
+                                             flow_key=flow_key)
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, (int(rows[-1]["id"]) if more and rows else None)

@@ -97,6 +97,23 @@ def test_priority_cancel_retry_list_and_bad_input(cli_env: dict[str, str], tmp_p
     _bad(env, "jobs", "cancel", str(completed[0]["id"]), match="is completed")
 
 
+def test_flow_keys_in_jobs_list_and_show(cli_env: dict[str, str]) -> None:
+    env = cli_env
+    acme = int(_ok(env, "enqueue", "noop", "--flow-key", "tenant:acme"))
+    other = int(_ok(env, "enqueue", "noop", "--flow-key", "tenant:acme-2"))
+    _ok(env, "enqueue", "noop", "--queue", "plain")
+    assert [(j["id"], j["flow_key"]) for j in _jobs(env, "--flow-key", "tenant:acme")] == [(acme, "tenant:acme")]
+    listed = _ok(env, "jobs", "list", "--flow-key", "tenant:acme-2").splitlines()
+    assert listed[0].split()[-1] == "flow_key" and listed[1].split()[0] == str(other)
+    assert listed[1].split()[-1] == "tenant:acme-2"
+    assert "flow_key" not in _ok(env, "jobs", "list", "--queue", "plain"), "the column only when a row has a key"
+    shown = {line.split()[0]: line.split()[-1] for line in _ok(env, "jobs", "show", str(acme)).splitlines() if line}
+    assert shown["flow_key"] == "tenant:acme"
+    assert json.loads(_ok(env, "jobs", "show", str(acme), "--json"))["job"]["flow_key"] == "tenant:acme"
+    _bad(env, "jobs", "list", "--flow-key", "", match="flow key must not be empty")
+    _bad(env, "jobs", "list", "--flow-key", "x" * 201, match="at most 200 bytes")
+
+
 def test_cancel_a_running_job_from_the_cli(cli_env: dict[str, str], spawn: Spawn) -> None:
     env = cli_env
     job = _ok(env, "enqueue", "hold", "--payload", '{"seconds": 60}').strip()

@@ -294,6 +294,44 @@ def test_fifo_order_groups_and_deduplication(sqs: Any) -> None:
         sqs.send_message(QueueUrl=content, MessageBody="x", MessageGroupId="g", DelaySeconds=5)
 
 
+def test_a_standard_queue_stores_message_group_id_as_the_flow_key(sqs: Any, dsn: str, schema: str,
+                                                                    cli_env: dict[str, str]) -> None:
+    url = sqs.create_queue(QueueName="fair")["QueueUrl"]
+    one = sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="tenant-a")["MessageId"]
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "b", "MessageBody": "b", "MessageGroupId": "tenant-b"}, {"Id": "plain", "MessageBody": "p"},
+        {"Id": "long", "MessageBody": "x", "MessageGroupId": "g" * 129},
+        {"Id": "dedup", "MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": "d"}])
+    assert sorted(r["Id"] for r in batch["Successful"]) == ["b", "plain"]
+    assert {f["Id"]: f["Code"] for f in batch["Failed"]} == {"long": "InvalidParameterValue",
+                                                            "dedup": "InvalidParameterValue"}
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="has space")
+    assert code(exc) == "InvalidParameterValue"
+    with connect(dsn) as conn:
+        rows = conn.execute(f'SELECT id, flow_key FROM "{schema}".jobs WHERE queue_name = %s ORDER BY id',
+                            ("fair",)).fetchall()
+    assert [r["flow_key"] for r in rows] == ["tenant-a", "tenant-b", None]
+    assert str(rows[0]["id"]) == str(int(one.replace("-", ""), 16))
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["MessageGroupId"])
+    assert {m["Body"]: m.get("Attributes", {}).get("MessageGroupId") for m in got["Messages"]} == {
+        "a": "tenant-a", "b": "tenant-b", "p": None}
+    sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": f"m{i}", "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(got["Messages"])])
+    every = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
+    assert sorted(m["Attributes"].get("MessageGroupId", "-") for m in every) == ["-", "tenant-a", "tenant-b"]
+    assert all("SequenceNumber" not in m["Attributes"] for m in every), "no FIFO attribute on a standard queue"
+    # The per-key running limits count a group's messages in flight, as a fair queue shares out.
+    limited = sqs.create_queue(QueueName="fair-limited")["QueueUrl"]
+    assert run_cli(cli_env, "flow", "limit", "fair-limited", "--per-key-running", "1").returncode == 0
+    sqs.send_message_batch(QueueUrl=limited, Entries=[{"Id": f"a{i}", "MessageBody": "a", "MessageGroupId": "A"}
+                                                      for i in range(3)] + [{"Id": "b", "MessageBody": "b",
+                                                                              "MessageGroupId": "B"}])
+    first = sqs.receive_message(QueueUrl=limited, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in first) == ["a", "b"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=limited, MaxNumberOfMessages=10)
+
+
 def test_redrive_to_dead_letter_queue_and_move_back(sqs: Any) -> None:
     dlq = sqs.create_queue(QueueName="dead")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]

@@ -78,6 +78,26 @@ def test_every_filter_pages_and_counts(repo: Repository, ui: str) -> None:
     assert (status, counted) == (200, {"count": 5, "estimated": False})
 
 
+def test_the_flow_key_filters_lists_counts_bulk_actions_and_shows(repo: Repository, ui: str) -> None:
+    acme = [repo.enqueue("bill", {"n": i}, flow_key="tenant:acme").id for i in range(3)]
+    other = repo.enqueue("bill", {"n": 9}, flow_key="tenant:acme-2").id
+    plain = repo.enqueue("bill", {"n": 10}).id
+    assert _ids(ui, "flow_key=tenant%3Aacme") == sorted(acme, reverse=True)
+    assert _ids(ui, "flow_key=tenant%3Aacme&status=pending&task=bill") == sorted(acme, reverse=True)
+    assert _ids(ui, "flow_key=tenant") == []
+    status, page, _ = call(f"{ui}/api/v1/jobs?flow_key=tenant%3Aacme-2")
+    assert status == 200 and [(j["id"], j["flow_key"]) for j in page["jobs"]] == [(other, "tenant:acme-2")]
+    assert call(f"{ui}/api/v1/jobs/count?flow_key=tenant%3Aacme")[1] == {"count": 3, "estimated": False}
+    status, cancelled, _ = call(f"{ui}/api/v1/jobs/bulk", "POST",
+                                {"action": "cancel", "filter": {"flow_key": "tenant:acme"}})
+    assert status == 200 and (cancelled["matched"], cancelled["changed"]) == (3, 3)
+    assert {i: repo.get_job(i)["status"] for i in acme + [other, plain]} == {  # type: ignore[index]
+        **{i: "cancelled" for i in acme}, other: "pending", plain: "pending"}
+    status, document, _ = call(f"{ui}/api/v1/jobs/{other}")
+    assert status == 200 and document["job"]["flow_key"] == "tenant:acme-2"
+    assert call(f"{ui}/api/v1/jobs/{plain}")[1]["job"]["flow_key"] is None
+
+
 def test_a_large_match_is_counted_as_a_labelled_estimate(repo: Repository, ui: str) -> None:
     repo.enqueue_many([JobSpec("bulk", {"n": i}) for i in range(10_050)])
     with repo.conn.cursor() as cur:
@@ -96,6 +116,10 @@ def test_a_large_match_is_counted_as_a_labelled_estimate(repo: Repository, ui: s
     ("jobs?priority_min=5&priority_max=1", "GET", None, "priority_min"),
     ("jobs?colour=red", "GET", None, "unknown filter"),
     ("jobs?created_since=yesterday", "GET", None, "ISO-8601"),
+    ("jobs?flow_key=", "GET", None, "flow_key: flow key must not be empty"),
+    ("jobs/count?flow_key=" + "x" * 201, "GET", None, "flow_key: flow key must be at most 200 bytes"),
+    ("jobs/bulk", "POST", {"action": "cancel", "filter": {"flow_key": ""}}, "flow_key"),
+    ("dlq/replay", "POST", {"filter": {"flow_key": "é" * 101}}, "at most 200 bytes"),
     ("jobs/abc", "GET", None, "invalid job id"),
     ("jobs/bulk", "POST", {"action": "explode", "filter": {}}, "action"),
     ("jobs/bulk", "POST", {"action": "retry"}, "filter"),

@@ -160,6 +160,28 @@ def test_retry_all_matching_changes_exactly_the_matched_set(repo: Repository, cl
         assert not w.errors and not w.failed, (w.errors, w.failed)
 
 
+def test_the_flow_key_filter_and_the_job_page_show_the_key(repo: Repository, cli_env: dict[str, str],
+                                                          tmp_path: Path, watched: Callable[..., Watched]) -> None:
+    keyed = [repo.enqueue("bill", {"n": i}, flow_key="tenant:acme").id for i in range(2)]
+    repo.enqueue("bill", {"n": 9}, flow_key="tenant:other")
+    repo.enqueue("bill", {"n": 10})
+    with ui_process(cli_env, tmp_path / "ui.log") as url:
+        w = watched()
+        w.page.goto(f"{url}/jobs")
+        w.page.wait_for_selector("tr[data-job-id]")
+        assert w.page.locator("tr[data-job-id]").count() == 4
+        w.page.fill('[data-filter="flow_key"]', "tenant:acme")
+        w.page.click("form[data-filters] button[type=submit]")
+        w.page.wait_for_function("() => document.querySelectorAll('tr[data-job-id]').length === 2")
+        assert "flow_key=tenant%3Aacme" in w.page.url
+        assert sorted(int(r.get_attribute("data-job-id")) for r in w.page.locator("tr[data-job-id]").all()) == keyed
+        w.page.goto(f"{url}/jobs/{keyed[0]}")
+        w.page.wait_for_selector("dl.facts dd")
+        facts = dict(zip(w.page.locator("dl.facts dt").all_inner_texts(), w.page.locator("dl.facts dd").all_inner_texts()))
+        assert facts["flow key"] == "tenant:acme"
+        assert not w.errors and not w.failed, (w.errors, w.failed)
+
+
 def test_read_only_renders_no_action_and_a_direct_post_gets_403(repo: Repository, cli_env: dict[str, str],
                                                                  tmp_path: Path, watched: Callable[..., Watched]) -> None:
     job_id = repo.enqueue("email", {}).id

@@ -28,8 +28,10 @@ def test_a_flow_key_is_stored_claimed_and_validated(repo: Repository) -> None:
     job = repo.enqueue("t", flow_key="tenant:acme").id
     repo.enqueue_many([JobSpec("t", flow_key="tenant:b"), JobSpec("t")])
     assert (repo.get_job(job) or {})["flow_key"] == "tenant:acme"
-    claimed = {j.id: j.flow_key for j in repo.claim("w", ["default"], 10, 30)}
-    assert sorted(claimed.values(), key=str) == [None, "tenant:acme", "tenant:b"]
+    jobs = repo.claim("w", ["default"], 10, 30)
+    assert sorted((j.flow_key for j in jobs), key=str) == [None, "tenant:acme", "tenant:b"]
+    repo.complete_many("w", [(j.id, j.lock_token) for j in jobs])
+    assert (repo.get_job(job) or {})["flow_key"] == "tenant:acme"  # kept in job_history
     for bad in ("", " ", "x" * 201, "é" * 101, "a\x00b"):
         with pytest.raises(JobSpecError, match="flow key"):
             repo.enqueue("t", flow_key=bad)

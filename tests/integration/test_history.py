@@ -13,6 +13,7 @@ import pytest
 from tenure.cli.history import cmd_history_move
 from tenure.cli.prune import cmd_prune
 from tenure.core.db import Connection
+from tenure.core.queries import named_queries
 from tenure.core.repository import JobFilter, Repository
 
 pytestmark = pytest.mark.integration
@@ -196,6 +197,20 @@ def column_differences(conn: Connection, schema: str) -> list[str]:
 def test_jobs_and_job_history_have_the_same_columns(conn: Connection, schema: str) -> None:
     """Fails when a migration adds (or changes) a column of one table and not the other."""
     assert column_differences(conn, schema) == []
+
+
+def test_every_insert_into_job_history_names_every_column(conn: Connection, schema: str) -> None:
+    """A statement that moves a job with a column list (job_complete_many) must list every column
+    of jobs, or the moved job loses it (a flow key completed as NULL did, issue 38)."""
+    columns = {r["column_name"] for r in conn.execute(  # type: ignore[index]
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'jobs'",
+        (schema,)).fetchall()}
+    listed = 0
+    for name, sql in named_queries(schema).items():
+        for m in re.finditer(r"INSERT INTO \S+\.job_history \(([^)]*)\)", sql):
+            assert {c.strip() for c in m.group(1).split(",")} == columns, name
+            listed += 1
+    assert listed >= 1
 
 
 def test_the_column_comparison_reports_a_column_added_to_jobs_only(conn: Connection, schema: str) -> None:

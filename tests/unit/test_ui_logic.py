@@ -20,9 +20,11 @@ from tenure.ui.filters import FilterError, filter_to_query, parse_cursor, parse_
 def test_filters_parse_every_field_and_round_trip() -> None:
     flt = parse_filter({"id": "7", "queue": "q", "status": "failed", "task": "t", "priority_min": "-5",
                         "priority_max": "10", "created_since": "2h", "finished_since": "2026-12-01T00:00:00Z",
-                        "idempotency_key": "k", "payload": '{"a": 1}', "cursor": "9"}, extra=("cursor",))
+                        "idempotency_key": "k", "payload": '{"a": 1}', "flow_key": "tenant:é", "cursor": "9"},
+                       extra=("cursor",))
     assert flt.id == 7 and flt.priority_min == -5 and flt.created_within == 7200 and flt.created_after is None
     assert flt.finished_after == datetime(2026, 12, 1, tzinfo=timezone.utc) and flt.payload == '{"a": 1}'
+    assert flt.flow_key == "tenant:é"
     assert parse_filter(filter_to_query(flt)) == flt
     assert parse_filter({"queue": "", "status": None}).is_empty()
     assert parse_filter({"payload": {"nested": {"x": [1]}}}).payload == '{"nested": {"x": [1]}}'
@@ -31,7 +33,8 @@ def test_filters_parse_every_field_and_round_trip() -> None:
 @pytest.mark.parametrize("values", [{"status": "done"}, {"id": "0"}, {"id": "x"}, {"priority_min": "200"},
                                     {"priority_min": "3", "priority_max": "2"}, {"payload": "[1]"},
                                     {"payload": "{"}, {"created_since": "soon"}, {"colour": "red"},
-                                    {"queue": "x" * 501}, {"id": True}])
+                                    {"queue": "x" * 501}, {"id": True}, {"flow_key": ""}, {"flow_key": " "},
+                                    {"flow_key": "é" * 101}, {"flow_key": "a\x00b"}, {"flow_key": 7}])
 def test_bad_filters_raise_one_message(values: dict[str, object]) -> None:
     with pytest.raises(FilterError):
         parse_filter(values)

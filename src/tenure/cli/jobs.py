@@ -20,7 +20,7 @@ JOBS_LIST_LIMIT_DEFAULT = 50
 SHOW_FIELDS = ("id", "queue_name", "task", "status", "attempt_count", "max_attempts", "lease_expiry_count",
                "fence", "available_at", "started_at", "completed_at", "failed_at", "last_heartbeat_at",
                "lease_expires_at", "lease_expired", "locked_by", "lock_token", "idempotency_key",
-               "last_error_code", "last_error", "checkpoint_step", "payload")
+               "flow_key", "last_error_code", "last_error", "checkpoint_step", "payload")
 
 
 def register(sub: Any) -> None:
@@ -33,6 +33,7 @@ def register(sub: Any) -> None:
     ls.add_argument("--queue")
     ls.add_argument("--status", choices=control.JOB_STATUSES)
     ls.add_argument("--task")
+    ls.add_argument("--flow-key", default=None, metavar="KEY", help="only jobs with exactly this flow key")
     ls.add_argument("--created-since", type=duration, default=None, metavar="DURATION",
                     help="only jobs created within this duration (e.g. 1h)")
     ls.add_argument("--failed-since", type=duration, default=None, metavar="DURATION",
@@ -93,14 +94,17 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     with conn:
         rows, cursor = control.list_jobs(conn, schema=args.schema, queue=args.queue, status=args.status,
                                          task=args.task, created_since=args.created_since,
-                                         failed_since=args.failed_since, cursor=args.cursor, limit=args.limit)
+                                         failed_since=args.failed_since, cursor=args.cursor, limit=args.limit,
+                                         flow_key=args.flow_key)
     if args.json:
         print_json(rows)
     else:
-        table(("id", "queue", "task", "status", "prio", "attempts", "created", "error"),
+        keyed = any(r.get("flow_key") is not None for r in rows)  # the column only when a row has a key
+        extra = ("flow_key",) if keyed else ()
+        table(("id", "queue", "task", "status", "prio", "attempts", "created", "error") + extra,
                    [(r["id"], r["queue_name"], r["task"], r["status"], r["priority"],
                      f"{r['attempt_count']}/{r['max_attempts']}", _fmt(r["created_at"]),
-                     r["last_error_code"] or "-") for r in rows])
+                     r["last_error_code"] or "-") + ((r["flow_key"] or "-",) if keyed else ()) for r in rows])
     if cursor is not None:
         print(f"next page: --cursor {cursor}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -51,6 +51,8 @@ class Outgoing:
     reply: Reply
     size: int
     """Body and message attributes in bytes, as SQS counts a message's size."""
+    flow_key: str | None = None
+    """A standard queue's MessageGroupId, stored as the job's flow key (docs/flow.md)."""
 
 
 def _outgoing(call: Call, queue: Row, entry: Mapping[str, Any], entry_id: str | None) -> Outgoing:
@@ -90,12 +92,16 @@ def _outgoing(call: Call, queue: Row, entry: Mapping[str, Any], entry_id: str | 
         payload["dedup"] = p.dedup_id(dedup)
         delay = int(attrs["DelaySeconds"])
     else:
-        for fifo_only in ("MessageGroupId", "MessageDeduplicationId"):
-            if entry.get(fifo_only) is not None:
-                raise invalid(f"Value for parameter {fifo_only} is invalid. Reason: The request include "
-                              "parameter that is not valid for this queue type.")
+        if entry.get("MessageDeduplicationId") is not None:
+            raise invalid("Value for parameter MessageDeduplicationId is invalid. Reason: The request include "
+                          "parameter that is not valid for this queue type.")
+        # A standard queue takes a MessageGroupId as SQS fair queues do: the job's flow key, what
+        # per-key limits count by (`tenure flow limit`); no ordering, unlike a FIFO group.
+        group = entry.get("MessageGroupId")
+        flow_key = p.dedup_id(group, "MessageGroupId") if group is not None else None
         delay = (p.integer(delay_given, "DelaySeconds", 0, 900) if delay_given is not None
                  else int(attrs["DelaySeconds"]))
+        return Outgoing(entry_id, payload, delay, reply, size, flow_key)
     return Outgoing(entry_id, payload, delay, reply, size)
 
 
@@ -145,7 +151,8 @@ def _write(repo: SqsMessageStore, queue: Row, items: list[Outgoing],
     name = queue["name"]
     texts = [json.dumps(o.payload, ensure_ascii=False) for o in items]
     if not queue["fifo"]:
-        return repo.sqs_send(name, texts, [o.delay for o in items], MAX_ATTEMPTS_LIMIT, contexts), [True] * len(items)
+        return (repo.sqs_send(name, texts, [o.delay for o in items], MAX_ATTEMPTS_LIMIT, contexts,
+                              [o.flow_key for o in items]), [True] * len(items))
     with repo.conn.transaction():
         repo.sqs_fifo_lock(name, "send")
         known = repo.sqs_dedup_lookup(name, [o.payload["dedup"] for o in items])
@@ -264,6 +271,8 @@ def _message(call: Call, req: ReceiveRequest, job: ClaimedJob, times: tuple[int,
     if req.queue["fifo"]:
         system.update(SequenceNumber=f"{job.id:020d}", MessageDeduplicationId=str(meta.get("dedup", job.id)),
                       MessageGroupId=str(meta.get("group", "")))
+    elif job.flow_key is not None:  # a standard queue's MessageGroupId (a fair queue's tenant)
+        system["MessageGroupId"] = job.flow_key
     trace = (meta.get("system_attributes") or {}).get("AWSTraceHeader")
     if trace:
         system["AWSTraceHeader"] = trace["StringValue"]

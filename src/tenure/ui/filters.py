@@ -3,9 +3,10 @@ or a JSON object (the ``filter`` of a bulk action or a DLQ replay). Pure: no dat
 
 Every field is optional: ``id``, ``queue``, ``status``, ``task``, ``priority_min``,
 ``priority_max``, ``created_since``, ``finished_since`` (an ISO-8601 timestamp, or a duration
-back from now such as ``90s``, ``15m``, ``2h``, ``7d``), ``idempotency_key`` and ``payload`` (a
-JSON object the payload must contain, e.g. ``{"invoice_id": 42}``). An unknown field or a bad
-value raises :class:`FilterError`, answered 400 with one message.
+back from now such as ``90s``, ``15m``, ``2h``, ``7d``), ``idempotency_key``, ``payload`` (a
+JSON object the payload must contain, e.g. ``{"invoice_id": 42}``) and ``flow_key`` (exact; 1 to
+200 bytes: no job has an empty key, so an empty ``flow_key`` is refused rather than ignored). An
+unknown field or a bad value raises :class:`FilterError`, answered 400 with one message.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tenure.control import JOB_STATUSES
+from tenure.core.errors import JobSpecError
 from tenure.core.repository import PRIORITY_MAX, PRIORITY_MIN, JobFilter
+from tenure.core.repository.specs import check_flow_key
 
 FIELDS = ("id", "queue", "status", "task", "priority_min", "priority_max", "created_since", "finished_since",
-          "idempotency_key", "payload")
+          "idempotency_key", "payload", "flow_key")
 TEXT_MAX = 500
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -32,7 +35,7 @@ class FilterError(ValueError):
 
 def parse_filter(values: Mapping[str, Any], *, extra: tuple[str, ...] = ()) -> JobFilter:
     """A :class:`JobFilter` from query parameters or a JSON object; keys in ``extra`` are
-    allowed and ignored (paging). Empty strings mean "no condition"."""
+    allowed and ignored (paging). Empty strings mean "no condition", but for ``flow_key``."""
     unknown = sorted(set(values) - set(FIELDS) - set(extra))
     if unknown:
         raise FilterError(f"unknown filter {unknown[0]!r} (known: {', '.join(FIELDS)})")
@@ -48,13 +51,15 @@ def parse_filter(values: Mapping[str, Any], *, extra: tuple[str, ...] = ()) -> J
     return JobFilter(id=_int(v, "id", 1, 2**63 - 1), queue=_text(v, "queue"), status=status, task=_text(v, "task"),
                      priority_min=low, priority_max=high, created_after=created_after, created_within=created_within,
                      finished_after=finished_after, finished_within=finished_within,
-                     idempotency_key=_text(v, "idempotency_key"), payload=_payload(v))
+                     idempotency_key=_text(v, "idempotency_key"), payload=_payload(v),
+                     flow_key=_flow_key(values.get("flow_key")))
 
 
 def filter_to_query(flt: JobFilter) -> dict[str, str]:
     """The query parameters that give back ``flt`` (for links and the next page)."""
     out: dict[str, str] = {}
-    for key in ("id", "queue", "status", "task", "priority_min", "priority_max", "idempotency_key", "payload"):
+    for key in ("id", "queue", "status", "task", "priority_min", "priority_max", "idempotency_key", "payload",
+                "flow_key"):
         value = getattr(flt, key)
         if value is not None:
             out[key] = str(value)
@@ -114,6 +119,16 @@ def _text(v: Mapping[str, Any], name: str) -> str | None:
     if len(value) > TEXT_MAX or "\x00" in value:
         raise FilterError(f"{name} is too long or contains NUL")
     return value
+
+
+def _flow_key(value: Any) -> str | None:
+    """An exact flow key, checked as enqueue checks it (1 to 200 bytes, no NUL); None: no condition."""
+    if value is None:
+        return None
+    try:
+        return check_flow_key(value)
+    except JobSpecError as exc:
+        raise FilterError(f"flow_key: {exc}") from None
 
 
 def _since(v: Mapping[str, Any], name: str) -> tuple[datetime | None, float | None]:

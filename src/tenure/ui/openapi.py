@@ -15,6 +15,7 @@ _FILTER_DOC = {
     "created_since": "ISO-8601 time, or a duration back from now: 90s, 15m, 2h, 7d",
     "finished_since": "the same, for the time a job completed, failed or was cancelled",
     "idempotency_key": "exact key", "payload": 'JSON object the payload contains, e.g. {"invoice_id": 42}',
+    "flow_key": "exact flow key, 1 to 200 bytes (docs/flow.md)",
 }
 
 

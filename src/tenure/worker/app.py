@@ -6,14 +6,21 @@ import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tenure.core.backoff import RetryPolicy
-from tenure.core.errors import ConfigError, ExceptionMapper
+from tenure.core.errors import ConfigError, ExceptionMapper, JobSpecError
 from tenure.worker.periodic import CATCH_UP_DEFAULT, Schedule
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from tenure.core.repository import EnqueueResult
 
 Validator = Callable[[Any], None]
 """Raises (any exception) when a payload violates the task's schema."""
+FlowKeyOf = Callable[[Any], str | None]
+"""Derives a job's flow key from its payload (None: the job has no key); see :meth:`App.enqueue`."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,30 @@ class Task:
     timeout: float | None = None
     """Seconds one attempt may run (from its start in the worker), separate from the lease;
     None: unbounded (only ``--max-lease-total`` bounds it)."""
+    flow_key: FlowKeyOf | None = None
+    """Derives the flow key of a job enqueued with :meth:`App.enqueue` from its payload."""
+
+    def derive_flow_key(self, payload: Any) -> str | None:
+        """The flow key the task's ``flow_key`` callable gives ``payload`` (None without one).
+        A callable that raises, or returns neither a string nor None, or a key enqueue would
+        refuse (empty, over 200 bytes, a NUL) is a JobSpecError naming the task."""
+        if self.flow_key is None:
+            return None
+        try:
+            key = self.flow_key(payload)
+        except Exception as exc:  # noqa: BLE001 - any error of user code is the task's to report
+            raise JobSpecError(f"task {self.name!r}: its flow_key callable raised "
+                               f"{type(exc).__name__}: {exc}"[:500]) from exc
+        if key is None:
+            return None
+        if not isinstance(key, str):
+            raise JobSpecError(f"task {self.name!r}: its flow_key callable must return a string or None, "
+                               f"got {type(key).__name__} {key!r}"[:500])
+        from tenure.core.repository.specs import check_flow_key
+        try:
+            return check_flow_key(key)
+        except JobSpecError as exc:
+            raise JobSpecError(f"task {self.name!r}: its flow_key callable gave a bad key: {exc}") from None
 
     def retry_policy(self, queue_policy: RetryPolicy | None) -> RetryPolicy:
         """The effective policy: task overrides, else the worker's queue policy, else the app's."""
@@ -100,16 +131,23 @@ class App:
              max_attempts: int | None = None, base_delay: float | None = None,
              max_delay: float | None = None, validate: Validator | None = None,
              payload_version: int = 1, timeout: float | None = None,
-             error_mappers: tuple[ExceptionMapper, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             error_mappers: tuple[ExceptionMapper, ...] = (),
+             flow_key: FlowKeyOf | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register a handler under ``name`` (default: the function name).
 
         ``timeout`` bounds one attempt's run time in seconds: an async handler is cancelled, a
         sync one is abandoned (its slot freed, as for a lost lease), and the job is retried
         with error code ``task_timeout``.
+
+        ``flow_key`` is a function of the payload returning the job's flow key (a string) or
+        None, e.g. ``flow_key=lambda p: f"tenant:{p['tenant']}"``: :meth:`enqueue` derives the
+        key of each job of this task with it (docs/flow.md).
         """
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout > 0 or timeout != timeout or timeout == float("inf")):
             raise ConfigError(f"task timeout must be a positive number of seconds, got {timeout!r}")
+        if flow_key is not None and not callable(flow_key):
+            raise ConfigError(f"task flow_key must be a function of the payload, got {flow_key!r}")
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             task_name = name or fn.__name__
@@ -124,7 +162,7 @@ class App:
                 name=task_name, fn=fn, is_async=inspect.iscoroutinefunction(fn),
                 queue=queue or self.default_queue, retry=policy, validate=validate,
                 payload_version=payload_version, error_mappers=error_mappers + self.error_mappers,
-                timeout=float(timeout) if timeout is not None else None,
+                timeout=float(timeout) if timeout is not None else None, flow_key=flow_key,
                 overrides=tuple((k, float(v)) for k, v in (("base_delay", base_delay), ("max_delay", max_delay),
                                                            ("max_attempts", max_attempts)) if v is not None))
             return fn
@@ -133,6 +171,38 @@ class App:
 
     def get(self, name: str) -> Task | None:
         return self.tasks.get(name)
+
+    def enqueue_options(self, task: str, payload: Any = None, *, queue: str | None = None,
+                        flow_key: str | None = None) -> tuple[Task, str, str | None]:
+        """The registered task, the queue and the flow key :meth:`enqueue` gives a job: the
+        task's queue unless ``queue`` is given, the given ``flow_key``, else the one the task's
+        ``flow_key`` callable derives from ``payload``. An unknown task is a ConfigError; a
+        callable that fails, or gives a non-string or a bad key, a JobSpecError naming the task.
+        Pure: no database."""
+        registered = self.tasks.get(task)
+        if registered is None:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise ConfigError(f"unknown task {task!r} in app {self.name!r} (registered: {known})")
+        key = flow_key if flow_key is not None else registered.derive_flow_key(payload)
+        return registered, queue if queue is not None else registered.queue, key
+
+    def enqueue(self, conn: psycopg.Connection[Any], task: str, payload: Any = None, *, schema: str = "tenure",
+                queue: str | None = None, flow_key: str | None = None, idempotency_key: str | None = None,
+                delay: float = 0.0, max_attempts: int | None = None, correlation_id: str | None = None,
+                priority: int = 0) -> EnqueueResult:
+        """:func:`tenure.enqueue` for a task of this app, on the caller's connection (inside its
+        transaction if one is open): the job goes to the task's queue unless ``queue`` is
+        given, carries the task's payload version, ``max_attempts`` defaults to the task's, and
+        its flow key is ``flow_key`` when given, else what the task's ``flow_key`` callable
+        derives from the payload (see :meth:`enqueue_options`). Refuses what
+        :func:`tenure.enqueue` refuses (JobSpecError) before writing anything."""
+        registered, target, key = self.enqueue_options(task, payload, queue=queue, flow_key=flow_key)
+        from tenure.core.repository import Repository
+        return Repository(conn, schema).enqueue(
+            task, payload, queue=target, idempotency_key=idempotency_key, delay=delay,
+            max_attempts=registered.retry.max_attempts if max_attempts is None else max_attempts,
+            payload_version=registered.payload_version, correlation_id=correlation_id, priority=priority,
+            flow_key=key)
 
     @property
     def queues(self) -> list[str]:

@@ -290,6 +290,11 @@ class JobContext:
         return self.job.checkpoint_data
 
     @property
+    def flow_key(self) -> str | None:
+        """The job's flow key (docs/flow.md), None when it has none."""
+        return self.job.flow_key
+
+    @property
     def log_extra(self) -> dict[str, Any]:
         return {"job_id": self.job.id, "attempt": self.job.attempt, "lock_token": self.job.lock_token,
                 "fence": self.job.fence, "worker_id": self.worker_id, "queue": self.job.queue,

@@ -41,7 +41,7 @@ from tenure.core.repository.control import ControlQueries
 from tenure.core.repository.dlq import DeadLetterQueries
 from tenure.core.repository.enqueue import EnqueueQueries
 from tenure.core.repository.executions import ExecutionQueries
-from tenure.core.repository.flow import FlowBlocked, FlowQueries
+from tenure.core.repository.flow import FlowQueries
 from tenure.core.repository.history import (
     HISTORY_DAYS_AHEAD_DEFAULT,
     HISTORY_DAYS_BACK_DEFAULT,
@@ -100,7 +100,7 @@ __all__ = [
     "COUNT_BUDGET_MS_DEFAULT", "COUNT_CAP_DEFAULT", "DELAY_MAX_SECONDS", "HISTORY_DAYS_AHEAD_DEFAULT",
     "HISTORY_DAYS_BACK_DEFAULT", "HISTORY_MOVE_BATCH_DEFAULT", "HistoryPartition", "MAX_ATTEMPTS_LIMIT", "MAX_PAYLOAD_BYTES_DEFAULT", "PRIORITY_AGING_DEFAULT",
     "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "PRUNE_BATCH_DEFAULT", "REJECTED_WRITE_EVENTS", "SQS_TASK", "STATS_STALE_FRACTION",
-    "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "FlowBlocked", "HeartbeatOutcome", "JobCount", "JobFilter", "JobSpec", "ReapCandidate",
+    "STATS_STALE_MIN_ROWS", "ClaimedJob", "EnqueueResult", "HeartbeatOutcome", "JobCount", "JobFilter", "JobSpec", "ReapCandidate",
     "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
     "max_payload_bytes",
     # The faces (tenure.core.repository.stores).

@@ -29,7 +29,8 @@ COUNT_BUDGET_MS_DEFAULT = 250
 class JobFilter:
     """What the job browser matches; None turns a condition off. ``*_after`` are timestamps,
     ``*_within`` seconds back from the database clock; finished means completed, failed
-    (dead-lettered) or cancelled, whichever happened. ``payload`` is JSON containment."""
+    (dead-lettered) or cancelled, whichever happened. ``payload`` is JSON containment;
+    ``flow_key`` an exact match (docs/flow.md)."""
 
     id: int | None = None
     queue: str | None = None
@@ -44,6 +45,7 @@ class JobFilter:
     idempotency_key: str | None = None
     payload: str | None = None
     """A JSON object as text (validated by the caller)."""
+    flow_key: str | None = None
 
     def params(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,11 +70,11 @@ class BrowseQueries(RepositoryBase):
 
     def job_list(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
                  created_since: float | None = None, failed_since: float | None = None,
-                 before_id: int | None = None, limit: int = 100) -> list[Row]:
+                 before_id: int | None = None, limit: int = 100, flow_key: str | None = None) -> list[Row]:
         """`tenure jobs list`: jobs newest first below ``before_id``, through the browser's filter
         (``created_since`` is its ``created_within``, seconds back); ``failed_since``: the job's
         last failed attempt (``last_failed_at``) within that many seconds."""
-        flt = JobFilter(queue=queue, status=status, task=task, created_within=created_since)
+        flt = JobFilter(queue=queue, status=status, task=task, created_within=created_since, flow_key=flow_key)
         return self._unprepared("job_list", {**flt.params(), "failed_since": failed_since,
                                              "before_id": before_id, "limit": limit})
 

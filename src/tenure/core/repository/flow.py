@@ -4,20 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 from tenure.core.repository.base import RepositoryBase
 from tenure.core.repository.specs import Row
-
-
-@dataclass(frozen=True)
-class FlowBlocked:
-    """What a queue's flow limits hold back now."""
-
-    blocked: int
-    """Ready jobs whose key has its running limit reached (beyond the key's room): not runnable."""
-    keys_at_limit: int
 
 
 class FlowQueries(RepositoryBase):
@@ -57,8 +45,3 @@ class FlowQueries(RepositoryBase):
         """The latest flow-control changes, newest first."""
         return self._rows("flow_change_list", {"queue": queue, "limit": limit})
 
-    def flow_blocked_counts(self, queues: Sequence[str] | None = None) -> dict[str, FlowBlocked]:
-        """Per queue with a flow limit (of ``queues``, or every one): blocked ready jobs and the
-        keys at their limit. A queue without flow limits is absent (nothing blocked)."""
-        return {r["queue"]: FlowBlocked(int(r["blocked"]), int(r["keys_at_limit"]))
-                for r in self._rows("flow_blocked_count", {"queues": list(queues) if queues is not None else None})}

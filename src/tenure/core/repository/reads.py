@@ -76,7 +76,7 @@ class ReadQueries(RepositoryBase):
             counts = {q: n for q, n in completed.items() if queue is None or q == queue}
         for name in counts.keys() - rows.keys():
             rows[name] = {"queue": name, **{f: 0 for f in _ZERO_STATS}, "paused": False, "max_running": None}
-        held = self._rows("flow_blocked_count", {"queues": [queue] if queue is not None else None})
+        held = self._rows("queue_flow_blocked", {"queues": [queue] if queue is not None else None})
         for r in held:
             row = rows.get(r["queue"])
             if row is not None and r["blocked"]:

@@ -80,16 +80,23 @@ class SqsQueries(RepositoryBase):
         return [r["name"] for r in self._rows("sqs_queue_dead_letter_sources", {"arn": arn})]
 
     def sqs_send(self, queue: str, payloads: Sequence[str], delays: Sequence[float], max_attempts: int,
-                 trace_contexts: Sequence[str | None] | None = None) -> list[int]:
+                 trace_contexts: Sequence[str | None] | None = None,
+                 flow_keys: Sequence[str | None] | None = None) -> list[int]:
         """Insert messages (JSON payload texts) in order; their job ids, in the same order.
         ``trace_contexts`` (one W3C traceparent or None per message: its send span) go into
-        ``jobs.trace_context``, so the attempts of each message are children of its send span."""
+        ``jobs.trace_context``, so the attempts of each message are children of its send span;
+        ``flow_keys`` (one flow key or None per message: a standard queue's MessageGroupId) into
+        ``jobs.flow_key``."""
         contexts = list(trace_contexts) if trace_contexts is not None else [None] * len(payloads)
         if len(contexts) != len(payloads):
             raise ValueError(f"sqs_send: {len(payloads)} payloads but {len(contexts)} trace contexts")
+        keys = list(flow_keys) if flow_keys is not None else [None] * len(payloads)
+        if len(keys) != len(payloads):
+            raise ValueError(f"sqs_send: {len(payloads)} payloads but {len(keys)} flow keys")
         rows = self._rows("sqs_message_send", {"queue": queue, "task": SQS_TASK, "payloads": list(payloads),
                                                "delays": [float(d) for d in delays], "max_attempts": max_attempts,
-                                               "trace_contexts": contexts, "channel": self.channel})
+                                               "trace_contexts": contexts, "flow_keys": keys,
+                                               "channel": self.channel})
         return [int(r["id"]) for r in rows]
 
     def sqs_fifo_lock(self, queue: str, lane: str) -> None:

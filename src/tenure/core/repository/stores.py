@@ -15,7 +15,6 @@ from typing import Any, Protocol
 import psycopg
 
 from tenure.core.repository.browse import COUNT_BUDGET_MS_DEFAULT, COUNT_CAP_DEFAULT, JobCount, JobFilter
-from tenure.core.repository.flow import FlowBlocked
 from tenure.core.repository.history import (
     HISTORY_DAYS_AHEAD_DEFAULT,
     HISTORY_DAYS_BACK_DEFAULT,
@@ -152,7 +151,6 @@ class FlowStore(Protocol):
     def flow_queue_list(self) -> list[Row]: ...
     def flow_key_status(self, queue: str, limit: int) -> list[Row]: ...
     def flow_change_list(self, queue: str | None, limit: int) -> list[Row]: ...
-    def flow_blocked_counts(self, queues: Sequence[str] | None = None) -> dict[str, FlowBlocked]: ...
 
 
 class ControlStore(Protocol):

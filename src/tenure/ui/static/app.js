@@ -13,7 +13,7 @@ const main = document.querySelector("main");
 const content = document.getElementById("content");
 const PAGE = main ? main.dataset.page : "error";
 const FILTERS = ["id", "queue", "status", "task", "priority_min", "priority_max", "created_since",
-  "finished_since", "idempotency_key", "payload"];
+  "finished_since", "idempotency_key", "payload", "flow_key"];
 const STATUSES = ["", "pending", "running", "completed", "failed", "cancelled"];
 
 // ---------- small helpers ----------
@@ -220,7 +220,8 @@ function filterForm(filter) {
     const input = f === "status"
       ? el("select", { name: f, "data-filter": f }, STATUSES.map((s) => el("option", { value: s, selected: filter[f] === s }, s || "any")))
       : el("input", { name: f, "data-filter": f, value: filter[f] || "", size: f === "payload" ? 28 : 12,
-        placeholder: { payload: '{"invoice_id": 42}', created_since: "1h or 2026-12-01", finished_since: "1h" }[f] || "" });
+        placeholder: { payload: '{"invoice_id": 42}', created_since: "1h or 2026-12-01", finished_since: "1h",
+          flow_key: "tenant:acme" }[f] || "" });
     return el("label", {}, f.replace(/_/g, " "), input);
   });
   const form = el("form", { class: "filters", "data-filters": true }, fields,
@@ -386,8 +387,8 @@ async function jobDetail() {
       ["fencing token", j.fence ?? "–"], ["owner", j.locked_by || "–"], ["lease expires", when(j.lease_expires_at)],
       ["last heartbeat", when(j.last_heartbeat_at)], ["created", when(j.created_at)], ["available", when(j.available_at)],
       ["completed", when(j.completed_at)], ["failed", when(j.failed_at)], ["cancelled", when(j.cancelled_at)],
-      ["idempotency key", j.idempotency_key || "–"], ["correlation id", j.correlation_id || "–"],
-      ["last error", j.last_error_code || "–"]];
+      ["idempotency key", j.idempotency_key || "–"], ["flow key", j.flow_key || "–"],
+      ["correlation id", j.correlation_id || "–"], ["last error", j.last_error_code || "–"]];
     const attempts = doc.attempts.map((a) => el("tr", { "data-attempt": a.attempt, "data-fence": a.fence ?? "" },
       el("td", {}, a.attempt), el("td", {}, a.fence ?? "–"), el("td", { title: a.lock_token }, short(a.lock_token)),
       el("td", {}, a.worker || "–"), el("td", {}, when(a.started_at)), el("td", {}, when(a.ended_at)),

@@ -40,6 +40,9 @@
          OR (j.status = 'failed' AND j.failed_at >= now() - make_interval(secs => %(finished_within)s::float8))
          OR j.cancelled_at >= now() - make_interval(secs => %(finished_within)s::float8))
     AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s::text)
+    -- Exact: a range scan of jobs_flow_key_id_idx / job_history_flow_key_id_idx (flow_key, id),
+    -- which also hands the rows over in id order for the keyset pages (0011).
+    AND (%(flow_key)s::text IS NULL OR j.flow_key = %(flow_key)s::text)
     -- Containment as two arms: the payload index leaves running rows out (0010), so a BitmapOr
     -- reads the other rows through it and the running ones (few) through their own index.
     AND (%(payload)s::jsonb IS NULL
@@ -51,7 +54,7 @@
 SELECT j.id, j.queue_name, j.task, j.status::text AS status, j.priority, j.attempt_count, j.max_attempts,
        j.lease_expiry_count, j.fence, j.available_at, j.created_at, j.started_at, j.completed_at, j.failed_at,
        j.cancelled_at, coalesce(j.completed_at, j.failed_at, j.cancelled_at) AS finished_at, j.locked_by,
-       j.lease_expires_at, j.last_error_code, j.idempotency_key, j.payload
+       j.lease_expires_at, j.last_error_code, j.idempotency_key, j.flow_key, j.payload
 FROM {schema}.all_jobs j
 WHERE (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
   AND {job_browse_filter}
@@ -62,7 +65,7 @@ LIMIT %(limit)s;
 -- `tenure jobs list`: jobs newest first (keyset paging on id: pass the last id seen as before_id), filtered by job_browse_filter and by failed_since (a failed attempt within that many seconds).
 SELECT j.id, j.queue_name, j.task, j.status::text AS status, j.priority, j.attempt_count, j.max_attempts,
        j.available_at, j.created_at, j.started_at, j.completed_at, j.failed_at, j.cancelled_at, j.locked_by,
-       j.last_error_code, j.idempotency_key
+       j.last_error_code, j.idempotency_key, j.flow_key
 FROM {schema}.all_jobs j
 WHERE (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
   AND {job_browse_filter}

@@ -185,3 +185,35 @@ ORDER BY r.queue_name, task;
 -- The status of each of the given job ids (missing ids are absent), to validate a command before it writes.
 SELECT id, status::text AS status, queue_name, task, payload, payload_version
 FROM {schema}.all_jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;
+
+-- name: queue_flow_blocked
+-- Per queue with a flow limit (of `queues`, or all when NULL): ready jobs held back by a key at its running limit (`blocked`), and the keys at their limit; ready jobs beyond a key's room are blocked, the rest are runnable.
+WITH limited AS (
+    SELECT s.name, s.per_key_running FROM {schema}.queues s
+    WHERE (%(queues)s::text[] IS NULL OR s.name = ANY(%(queues)s::text[]))
+      AND (s.per_key_running IS NOT NULL OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = s.name))
+), running AS (
+    SELECT j.queue_name, j.flow_key, count(*)::int AS n FROM {schema}.jobs j
+    WHERE j.status = 'running' AND j.flow_key IS NOT NULL AND j.queue_name IN (SELECT name FROM limited)
+    GROUP BY j.queue_name, j.flow_key
+), ready AS (
+    SELECT j.queue_name, j.flow_key, count(*)::int AS n FROM {schema}.jobs j
+    WHERE j.status = 'pending' AND j.flow_key IS NOT NULL AND j.available_at <= now()
+      AND j.queue_name IN (SELECT name FROM limited)
+    GROUP BY j.queue_name, j.flow_key
+), per_key AS (
+    SELECT coalesce(r.queue_name, d.queue_name) AS queue_name, coalesce(r.n, 0) AS running, coalesce(d.n, 0) AS ready,
+           coalesce(f.running, l.per_key_running) AS cap
+    FROM running r
+    FULL JOIN ready d ON d.queue_name = r.queue_name AND d.flow_key = r.flow_key
+    JOIN limited l ON l.name = coalesce(r.queue_name, d.queue_name)
+    LEFT JOIN {schema}.flow_keys f
+           ON f.queue_name = coalesce(r.queue_name, d.queue_name) AND f.flow_key = coalesce(r.flow_key, d.flow_key)
+)
+SELECT l.name AS queue,
+       coalesce(sum(greatest(0, p.ready - greatest(0, p.cap - p.running))) FILTER (WHERE p.cap IS NOT NULL), 0)::bigint
+           AS blocked,
+       (count(*) FILTER (WHERE p.cap IS NOT NULL AND p.running >= p.cap))::int AS keys_at_limit
+FROM limited l LEFT JOIN per_key p ON p.queue_name = l.name
+GROUP BY l.name
+ORDER BY l.name;

@@ -105,13 +105,15 @@ WHERE attributes ? 'RedrivePolicy'
 ORDER BY name;
 
 -- name: sqs_message_send
--- Insert SQS messages as jobs of one queue (one array element per message, with the trace context of its send span) and wake that queue's long polls.
+-- Insert SQS messages as jobs of one queue (one array element per message, with the trace context of its send span and its flow key: a standard queue's MessageGroupId, or NULL) and wake that queue's long polls.
 WITH input AS (
-    SELECT * FROM unnest(%(payloads)s::text[]::jsonb[], %(delays)s::float8[], %(trace_contexts)s::text[])
-                  WITH ORDINALITY AS t(payload, delay, trace_context, ord)
+    SELECT * FROM unnest(%(payloads)s::text[]::jsonb[], %(delays)s::float8[], %(trace_contexts)s::text[],
+                         %(flow_keys)s::text[])
+                  WITH ORDINALITY AS t(payload, delay, trace_context, flow_key, ord)
 ), ins AS (
-    INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, trace_context)
-    SELECT %(queue)s, %(task)s, payload, %(max_attempts)s, now() + make_interval(secs => delay), trace_context
+    INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, trace_context, flow_key)
+    SELECT %(queue)s, %(task)s, payload, %(max_attempts)s, now() + make_interval(secs => delay), trace_context,
+           flow_key
     FROM input ORDER BY ord
     RETURNING id
 ), notified AS (
