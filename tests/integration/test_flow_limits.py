@@ -64,6 +64,17 @@ def test_per_key_limit_caps_each_key_and_leaves_others_and_unkeyed_alone(repo: R
     assert Counter(j.flow_key for j in rest) == {"hot": 25, "a": 1, "b": 1}
 
 
+def test_a_long_run_of_one_key_at_the_head_does_not_cut_a_claim_short(repo: Repository, conn: Connection,
+                                                                     schema: str) -> None:
+    """The first pass locks 4x the room of candidates, all of the hot key, and keeps one; the
+    claim passes again in its transaction, where the hot key is full, and takes the others."""
+    repo.enqueue_many([JobSpec("t", flow_key="hot") for _ in range(60)]
+                      + [JobSpec("t", flow_key=f"k{i}") for i in range(5) for _ in range(2)])
+    flow.set_per_key_running(conn, "default", 1, schema=schema)
+    got = repo.claim("w", ["default"], 10, 30)
+    assert Counter(j.flow_key for j in got) == {"hot": 1, "k0": 1, "k1": 1, "k2": 1, "k3": 1, "k4": 1}
+
+
 def test_a_key_limit_alone_gates_the_queue(repo: Repository, conn: Connection, schema: str) -> None:
     """A limit for one key only (no per-key default) gates claims of the queue too."""
     repo.enqueue_many([JobSpec("t", flow_key="k") for _ in range(5)] + [JobSpec("t", flow_key="other")

@@ -92,6 +92,10 @@ class HeartbeatOutcome:
     """Seconds of lease left after renewal, by the DB clock (less than the lease when capped)."""
 
 
+GATED_CLAIM_PASSES_MAX = 4
+"""Statements one gated claim may run in its transaction when per-key limits cut a pass short."""
+
+
 class LeaseQueries(RepositoryBase):
     """Claims and the token-fenced writes of one delivery attempt."""
 
@@ -132,10 +136,23 @@ class LeaseQueries(RepositoryBase):
                     stack.enter_context(self.conn.transaction())
                 gate.execute(self._q["queue_claim_gate"], params)
                 cur.execute(self._q["job_claim"], params)
-            # In a pipeline the results (and the descriptions) arrive at its end: one round trip.
-            limited = gate.fetchall()
-            rows = cur.fetchall()
-            check_claim_columns(cur.description)
+                # In a pipeline the results (and the descriptions) arrive at its sync: one round trip.
+                limited = gate.fetchall()
+                rows = cur.fetchall()
+                check_claim_columns(cur.description)
+                got = len(rows)
+                passes = 1
+                # A per-key limit keeps at most each key's room of the candidates it locked (4x
+                # the room), so one key with a long run of ready jobs at the head can cut a pass
+                # short while other keys wait: claim again in the same transaction, where the
+                # key now counts as full and is skipped. A pass that takes nothing ends it.
+                while (any(keyed for _, keyed in limited) and 0 < got and len(rows) < limit
+                       and passes < GATED_CLAIM_PASSES_MAX):
+                    cur.execute(self._q["job_claim"], {**params, "limit": limit - len(rows)})
+                    more = cur.fetchall()
+                    rows += more
+                    got = len(more)
+                    passes += 1
         self._claim_gated = bool(limited)
         return claimed_jobs(rows)
 

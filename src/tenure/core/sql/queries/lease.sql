@@ -127,8 +127,10 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
 FROM blocked WHERE blocked;
 
 -- name: queue_claim_gate
--- Lock the control rows of the claimed queues that have a running limit (global, per key, or for one key), in name order, so limited claims serialise and the next statement counts every committed claim; returns their names.
-SELECT s.name FROM {schema}.queues s
+-- Lock the control rows of the claimed queues that have a running limit (global, per key, or for one key), in name order, so limited claims serialise and the next statement counts every committed claim; returns their names, and whether each has per-key limits.
+SELECT s.name, s.per_key_running IS NOT NULL
+                  OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = s.name) AS keyed
+FROM {schema}.queues s
 WHERE s.name = ANY(%(queues)s::text[]) AND NOT s.paused
   AND (s.max_running IS NOT NULL OR s.per_key_running IS NOT NULL
        OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = s.name))
