@@ -586,7 +586,21 @@ def test_1_example_gets_children_and_status(stack: Stack, example: dict[str, Any
      "scaling.minReplicas must be less than or equal to scaling.maxReplicas"),
     ({"reaper": {"schedule": "every minute"}},
      "reaper.schedule must be 5 space-separated cron fields"),
-], ids=["heartbeat-above-lease-third", "min-above-max", "bad-schedule"])
+    ({"flow": {"keys": [{"key": "tenant:a", "running": -1}]}},
+     "should be greater than or equal to 0"),
+    ({"flow": {"perKeyRunning": -2}}, "should be greater than or equal to 0"),
+    ({"flow": {"keys": [{"key": "", "running": 1}]}}, "should be at least 1 chars long"),
+    ({"flow": {"keys": [{"key": "   ", "running": 1}]}}, "flow.keys[].key must not be blank"),
+    ({"flow": {"keys": [{"key": "\u00e9" * 150, "running": 1}]}},
+     "flow.keys[].key must be at most 200 bytes (UTF-8)"),
+    ({"flow": {"keys": [{"key": "a\u0000b", "running": 1}]}},
+     "flow.keys[].key must not contain a NUL character"),
+    ({"flow": {"keys": [{"key": "tenant:a", "running": 1}, {"key": "tenant:a", "running": 2}]}},
+     "Duplicate value"),
+    ({"flow": {"keys": [{"key": "tenant:a"}]}}, "Required value"),
+], ids=["heartbeat-above-lease-third", "min-above-max", "bad-schedule", "flow-negative-running",
+        "flow-negative-per-key", "flow-empty-key", "flow-blank-key", "flow-key-over-200-bytes",
+        "flow-key-with-nul", "flow-duplicate-keys", "flow-key-without-running"])
 def test_2_invalid_jobqueue_is_rejected_with_readable_message(
         stack: Stack, patch: dict[str, Any], message: str) -> None:
     from kubernetes.client.rest import ApiException
@@ -628,6 +642,93 @@ def test_2b_out_of_range_schedule_is_degraded_by_the_operator(stack: Stack) -> N
         stack.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "badcron")
         wait_for(lambda: stack.jobqueue("badcron") is None, 60, "badcron to be deleted",
                  stack.operator)
+
+
+def _flow_limits(stack: Stack) -> tuple[int | None, dict[str, int]]:
+    """The queue's per-key cap and its keys' own limits, as the database holds them."""
+    from tenure import flow
+    from tenure.core.db import connect
+
+    with connect(stack.dsn) as conn:
+        queues = {q.queue: q for q in flow.flow_status(conn, schema="tenure", keys=1000)}
+    if QUEUE not in queues:
+        return None, {}
+    q = queues[QUEUE]
+    return q.per_key_running, {k["flow_key"]: k["running_limit"] for k in q.keys if k["own_limit"]}
+
+
+def test_2c_spec_flow_reaches_the_database_and_owns_the_queue_limits(
+        stack: Stack, example: dict[str, Any]) -> None:
+    """spec.flow is applied level-based by the periodic pass; while it is set the JobQueue owns
+    every flow limit of its queue (a key limit set by the CLI is removed); without it the
+    operator leaves them alone. A flow change restarts no pod."""
+    from tenure import flow
+    from tenure.core.db import connect
+
+    with connect(stack.dsn) as conn:
+        flow.set_key_running(conn, QUEUE, "tenant:cli", 7, requested_by="e2e-cli")
+    hash_key = "tenure.dev/spec-hash"
+    before = stack.deployment().spec.template.metadata.annotations[hash_key]
+    time.sleep(3 * INTERVAL)  # a few passes without spec.flow: nothing touched
+    assert _flow_limits(stack) == (None, {"tenant:cli": 7})
+    assert stack.condition("FlowApplied") is None
+
+    stack.patch_spec({"flow": {"perKeyRunning": 3, "keys": [
+        {"key": "tenant:a", "running": 1}, {"key": "tenant:b", "running": 5},
+        {"key": "tenant:c", "running": 0}]}})
+
+    def applied(per_key: int | None, keys: dict[str, int]) -> Callable[[], dict[str, Any] | None]:
+        def probe() -> dict[str, Any] | None:
+            jq = stack.jobqueue() or {}
+            cond = stack.condition("FlowApplied")
+            if (cond and cond["status"] == "True"
+                    and cond.get("observedGeneration") == jq["metadata"]["generation"]
+                    and _flow_limits(stack) == (per_key, keys)):
+                return jq
+            return None
+        return probe
+
+    jq = wait_for(applied(3, {"tenant:a": 1, "tenant:b": 5}), 60, "spec.flow in the database",
+                  stack.operator)
+    assert jq["status"]["flow"] == {"perKeyRunning": 3, "keyLimits": 2}
+    with connect(stack.dsn) as conn:
+        changes = flow.flow_changes(conn, queue=QUEUE, limit=20)
+    by_operator = [c for c in changes if c["changed_by"] == f"operator:{NS}/{NAME}"]
+    assert {(c["flow_key"], c["new_value"]) for c in by_operator} == {
+        ("tenant:cli", None), ("tenant:a", "1"), ("tenant:b", "5"), (None, "3")}
+    events = stack.core.list_namespaced_event(
+        NS, field_selector=f"involvedObject.name={NAME},involvedObject.kind=JobQueue").items
+    assert any(e.reason == "FlowLimitsApplied" for e in events), [e.reason for e in events]
+    # Level-based: a key limit changed behind the operator's back is put back.
+    with connect(stack.dsn) as conn:
+        flow.set_key_running(conn, QUEUE, "tenant:b", 50, requested_by="e2e-cli")
+    wait_for(applied(3, {"tenant:a": 1, "tenant:b": 5}), 60, "tenant:b put back to 5",
+             stack.operator)
+
+    # A key dropped from the spec and perKeyRunning 0 are removed from the database.
+    stack.patch_spec({"flow": {"perKeyRunning": 0, "keys": [{"key": "tenant:b", "running": 5}]}})
+    jq = wait_for(applied(None, {"tenant:b": 5}), 60, "the smaller spec.flow in the database",
+                  stack.operator)
+    assert jq["status"]["flow"] == {"perKeyRunning": 0, "keyLimits": 1}
+    assert stack.deployment().spec.template.metadata.annotations[hash_key] == before
+
+    # Without spec.flow the limits stay as they are, for the CLI to manage.
+    stack.patch_spec({"flow": None})
+
+    def let_go() -> dict[str, Any] | None:
+        cond = stack.condition("FlowApplied")
+        jq = stack.jobqueue() or {}
+        ok = cond and cond["reason"] == "NotManaged" and "flow" not in jq.get("status", {})
+        return cond if ok else None
+
+    wait_for(let_go, 60, "FlowApplied=False (NotManaged)", stack.operator)
+    with connect(stack.dsn) as conn:
+        flow.set_key_running(conn, QUEUE, "tenant:cli", 2, requested_by="e2e-cli")
+    time.sleep(3 * INTERVAL)
+    assert _flow_limits(stack) == (None, {"tenant:b": 5, "tenant:cli": 2})
+    with connect(stack.dsn) as conn:  # leave the queue without limits for the next scenarios
+        for key in ("tenant:b", "tenant:cli"):
+            flow.set_key_running(conn, QUEUE, key, 0, requested_by="e2e-cli")
 
 
 def test_3_backlog_scales_up_then_down_after_window(

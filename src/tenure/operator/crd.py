@@ -148,6 +148,7 @@ def _spec_schema() -> dict[str, Any]:
                 " claim statement (`tenure queues limit`); 0 means no limit.",
                 s.MAX_RUNNING_DEFAULT, 0, s.MAX_RUNNING_MAX,
             ),
+            "flow": _flow_schema(),
             "vacuumDeadRows": _int(
                 "Workers vacuum the jobs table once its dead rows reach this many and a fifth of"
                 " the live ones, one worker per schema at a time (`tenure worker"
@@ -186,6 +187,67 @@ def _spec_schema() -> dict[str, Any]:
             "metrics": _metrics_schema(),
             "migrations": _migrations_schema(),
             "pod": _pod_schema(),
+        },
+    }
+
+
+#: CEL rules of a flow key, beside minLength/maxLength (characters): what the database and
+#: ``tenure.flow.check_key`` also require. ``FlowSpec.validate`` checks the same.
+FLOW_KEY_RULES: tuple[tuple[str, str], ...] = (
+    ("self.trim().size() > 0", "flow.keys[].key must not be blank"),
+    (f"bytes(self).size() <= {s.FLOW_KEY_MAX_BYTES}",
+     f"flow.keys[].key must be at most {s.FLOW_KEY_MAX_BYTES} bytes (UTF-8)"),
+    ("!self.contains('\\u0000')", "flow.keys[].key must not contain a NUL character"),
+)
+
+
+def _flow_schema() -> dict[str, Any]:
+    # No default: an absent spec.flow is what leaves the database's flow limits alone.
+    return {
+        "type": "object",
+        "description": "Flow control of the queue (limits by flow key, e.g. a tenant). Absent:"
+        " the operator leaves the queue's flow limits in the database alone (`tenure flow"
+        " limit` manages them). Present, even empty, the JobQueue owns them: every periodic"
+        " pass sets perKeyRunning and exactly the listed keys' own limits, and removes every"
+        " other key's own limit, whoever set it; changes are recorded in flow_changes as"
+        " operator:NAMESPACE/NAME. Condition FlowApplied and status.flow show the result."
+        " Further flow settings (key weights, rate limits) will be added to this object.",
+        "properties": {
+            "perKeyRunning": _int(
+                "Running jobs per flow key across all pods, enforced in the claim statement"
+                " (`tenure flow limit --per-key-running`); 0 means no limit.",
+                s.FLOW_PER_KEY_RUNNING_DEFAULT, 0, s.RUNNING_LIMIT_MAX,
+            ),
+            "keys": {
+                "type": "array",
+                "description": "Keys with a running limit of their own, overriding"
+                " perKeyRunning (`tenure flow limit --key K --running N`); unique by key.",
+                "maxItems": s.FLOW_KEYS_MAX,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["key"],
+                "items": {
+                    "type": "object",
+                    "required": ["key", "running"],
+                    "properties": {
+                        "key": {
+                            "type": "string",
+                            "description": "The flow key as jobs carry it (1 to"
+                            f" {s.FLOW_KEY_MAX_BYTES} bytes of UTF-8, not blank).",
+                            "minLength": 1,
+                            "maxLength": s.FLOW_KEY_MAX_LENGTH,
+                            "x-kubernetes-validations": [
+                                {"rule": rule, "message": message}
+                                for rule, message in FLOW_KEY_RULES
+                            ],
+                        },
+                        "running": _int(
+                            "The key's running limit; 0 means none of its own (perKeyRunning"
+                            " applies).",
+                            None, 0, s.RUNNING_LIMIT_MAX,
+                        ),
+                    },
+                },
+            },
         },
     }
 
@@ -494,6 +556,15 @@ def status_schema() -> dict[str, Any]:
             "liveWorkers": count("Workers seen within their liveness window."),
             "paused": {"type": "boolean", "description": "Whether the queue is paused in the database."},
             "maxRunning": count("The queue's global running limit in the database (0: none)."),
+            "flow": {
+                "type": "object",
+                "description": "The queue's flow limits in the database after the last pass"
+                " (only while spec.flow is set).",
+                "properties": {
+                    "perKeyRunning": count("Running limit per flow key (0: none)."),
+                    "keyLimits": count("Keys with a running limit of their own."),
+                },
+            },
             "oldestReadyAgeSeconds": seconds("Age of the oldest ready job."),
             "statsTime": {
                 "type": "string",
@@ -533,7 +604,8 @@ def status_schema() -> dict[str, Any]:
             },
             "conditions": {
                 "type": "array",
-                "description": "Ready, Degraded, Scaling and SchemaReady, one entry per type.",
+                "description": "Ready, Degraded, Scaling, SchemaReady and FlowApplied"
+                " (while spec.flow is set), one entry per type.",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {

@@ -9,7 +9,7 @@ the exporter index, so unit tests drive it with fakes. The kopf handlers
   line with the spec, keeping the Deployment's current replicas (the first size is
   ``max(minReplicas, 1)``);
 * full passes (the timer, ``scale=True``): the same, plus read the Secret and the queue
-  figures, store ``spec.paused``/``maxRunning`` in the database, let
+  figures, store ``spec.paused``/``maxRunning`` and ``spec.flow`` in the database, let
   :mod:`tenure.operator.scaler` set the replicas, and write the conditions.
 
 The steps, in order (each returns its result; none mutates another's state):
@@ -21,7 +21,9 @@ The steps, in order (each returns its result; none mutates another's state):
    Deployment and reaper CronJob are *held*: left exactly as they are, or created with 0
    replicas / suspended;
 3. the worker Deployment as it is (its replicas are kept without fresh figures);
-4. the figures (full passes, schema ready): Secret -> DSN -> figures, controls;
+4. the figures (full passes, schema ready): Secret -> DSN -> figures, controls, then the
+   flow limits when ``spec.flow`` is set (:func:`apply_flow_spec`: the JobQueue owns every
+   flow limit of its queue; without ``spec.flow`` they are left alone);
 5. sizing: the scaler's decision from the figures, else the current replicas;
 6. apply the children (server-side apply of the complete objects under one field manager,
    so a restart or two racing passes converge on the same objects), then the shared exporter
@@ -47,6 +49,7 @@ from tenure.operator import spec as s
 from tenure.operator.exporter import ExporterMember, MembersOf, no_members, reconcile_exporters
 from tenure.operator.figures import (
     ControlApplier,
+    FlowApplier,
     QueueFigures,
     StatsFetcher,
     StatsUnavailable,
@@ -56,10 +59,12 @@ from tenure.operator.kube import Kube, KubeError, secret_value
 from tenure.operator.migration import UNMANAGED, Adopter, MigrationState, reconcile_migration
 from tenure.operator.settings import MANAGE_MIGRATIONS_DEFAULT, MIGRATION_RETRY_SECONDS_DEFAULT
 from tenure.operator.status import (
+    CONDITION_FLOW_APPLIED,
     ConditionValue,
     Event,
     Failure,
     PassReport,
+    condition_of,
     conditions_for,
     warning_for,
 )
@@ -98,6 +103,7 @@ class Reach:
     members_of: MembersOf = no_members
     manage_migrations: bool = MANAGE_MIGRATIONS_DEFAULT
     migration_retry_seconds: float = MIGRATION_RETRY_SECONDS_DEFAULT
+    flow: FlowApplier | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +116,11 @@ class JobQueueRef:
     created: str
     generation: int | None
     old_status: Mapping[str, Any]
+
+    @property
+    def requester(self) -> str:
+        """Who the flow_changes rows name: ``operator:NAMESPACE/NAME``."""
+        return f"operator:{self.namespace}/{self.name}"
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> JobQueueRef:
@@ -142,12 +153,27 @@ class LiveWorkers:
 
 
 @dataclasses.dataclass(frozen=True)
+class FlowOutcome:
+    """spec.flow applied (or not): the FlowApplied condition and ``status.flow``."""
+
+    condition: ConditionValue
+    #: ``status.flow`` to write (None: left as it is, unless ``retire``).
+    status: Mapping[str, Any] | None = None
+    failure: Failure | None = None
+    events: tuple[Event, ...] = ()
+    #: Remove ``status.flow`` (spec.flow was removed).
+    retire: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class FiguresRead:
-    """Step 4's result: the figures (None: not read), a failure, and Events."""
+    """Step 4's result: the figures (None: not read), a failure, Events, and spec.flow's outcome
+    (None: not applied, e.g. no database)."""
 
     figures: QueueFigures | None = None
     failure: Failure | None = None
     events: tuple[Event, ...] = ()
+    flow: FlowOutcome | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +197,7 @@ def reconcile_jobqueue(
     manage_migrations: bool = MANAGE_MIGRATIONS_DEFAULT,
     migration_retry_seconds: float = MIGRATION_RETRY_SECONDS_DEFAULT,
     exporter_members: MembersOf = no_members,
+    flow: FlowApplier | None = None,
 ) -> Outcome:
     """One level-based pass over one JobQueue ``body`` (the object as stored).
 
@@ -179,7 +206,7 @@ def reconcile_jobqueue(
     suspended). ``exporter_members``: the exporter index (other JobQueues sharing a database).
     """
     reach = Reach(kube, fetch, adopt, controls, exporter_members, manage_migrations,
-                  migration_retry_seconds)
+                  migration_retry_seconds, flow)
     return run_pass(body, reach, now, full=scale)
 
 
@@ -199,6 +226,9 @@ def run_pass(body: Mapping[str, Any], reach: Reach, now: dt.datetime, *, full: b
     live = live_workers(reach.kube, jq)
     read = read_figures(reach, jq, desired.spec, migration) if full else FiguresRead()
     events += read.events
+    flow = read.flow if desired.spec.flow is not None else unmanaged_flow(jq)
+    if flow is not None and full and (flow.status is not None or flow.retire):
+        fields["flow"] = flow.status  # None removes it (a merge patch)
     failure = (Failure(migration.reason, migration.message) if migration.failed else read.failure)
     sizing = size(jq, desired.spec, read.figures, live, not migration.ready, now)
     fields.update(sizing.fields)
@@ -218,7 +248,8 @@ def run_pass(body: Mapping[str, Any], reach: Reach, now: dt.datetime, *, full: b
     events += scale_events
     ready = (migration.condition() if not migration.ready else ConditionValue(
         True, "Reconciled", f"children in sync; {ready_replicas}/{sizing.desired} worker pods ready"))
-    report = PassReport(full, failure, migration.condition(), scaling, ready)
+    report = PassReport(full, failure, migration.condition(), scaling, ready,
+                        flow.condition if flow is not None else None)
     return conclude(jq, now, report, fields, events)
 
 
@@ -271,21 +302,63 @@ def read_figures(reach: Reach, jq: JobQueueRef, spec: s.JobQueueSpec,
     if isinstance(dsn, Failure) or not migration.ready:
         return FiguresRead(failure=dsn if isinstance(dsn, Failure) else None)
     dsn = dsn_in_namespace(dsn, jq.namespace)
+    events: tuple[Event, ...] = ()
     try:
         figures = reach.fetch(dsn, spec.schema, spec.queue)
         wanted = (spec.paused, spec.max_running)
-        if reach.controls is None or (figures.paused, figures.max_running) == wanted:
-            return FiguresRead(figures)
-        reach.controls(dsn, spec.schema, spec.queue, *wanted)
+        if reach.controls is not None and (figures.paused, figures.max_running) != wanted:
+            reach.controls(dsn, spec.schema, spec.queue, *wanted)
+            events = (Event("Normal", "QueueControlsApplied",
+                            f"paused={str(spec.paused).lower()} maxRunning={spec.max_running}"),)
+            figures = dataclasses.replace(figures, paused=spec.paused,
+                                          max_running=spec.max_running)
     except StatsUnavailable as exc:
         failure = Failure(exc.reason, str(exc))
         if exc.reason == "SchemaMissing" and migration.job is not None:
             failure = rerun_lost_migration(reach.kube, jq, migration.job, failure)
         return FiguresRead(failure=failure)
-    applied = Event("Normal", "QueueControlsApplied",
-                    f"paused={str(spec.paused).lower()} maxRunning={spec.max_running}")
-    figures = dataclasses.replace(figures, paused=spec.paused, max_running=spec.max_running)
-    return FiguresRead(figures, events=(applied,))
+    flow = apply_flow_spec(reach, jq, spec, dsn)
+    if flow is None:
+        return FiguresRead(figures, events=events)
+    return FiguresRead(figures, flow.failure, events + flow.events, flow)
+
+
+def apply_flow_spec(reach: Reach, jq: JobQueueRef, spec: s.JobQueueSpec,
+                    dsn: str) -> FlowOutcome | None:
+    """Step 4, continued: make the queue's flow limits in the database equal ``spec.flow``
+    (level-based: read, then change only what differs). None without ``spec.flow`` (the limits
+    are left alone) or without a flow applier.
+
+    Ownership: while ``spec.flow`` is set the JobQueue owns every flow limit of its queue, the
+    per-key cap and each key's own limit, so a key limit it does not list is removed whoever
+    set it (a decision that needs no history). Changes are recorded as ``operator:NS/NAME``.
+    A failure makes the pass Degraded with its reason, and FlowApplied False."""
+    if spec.flow is None or reach.flow is None:
+        return None
+    try:
+        done = reach.flow(dsn, spec.schema, spec.queue, spec.flow, jq.requester)
+    except StatsUnavailable as exc:
+        message = f"spec.flow not applied: {exc}"
+        return FlowOutcome(ConditionValue(False, exc.reason, message),
+                           failure=Failure(exc.reason, message))
+    limits = done.limits
+    status = {"perKeyRunning": limits.per_key_running, "keyLimits": len(limits.keys)}
+    held = (f"the database holds perKeyRunning={limits.per_key_running} and "
+            f"{len(limits.keys)} key limit(s)")
+    events = () if done.plan.empty else (
+        Event("Normal", "FlowLimitsApplied", done.plan.summary()),)
+    return FlowOutcome(ConditionValue(True, "Applied", held), status, events=events)
+
+
+def unmanaged_flow(jq: JobQueueRef) -> FlowOutcome | None:
+    """Without ``spec.flow``: retire FlowApplied and status.flow if a former spec.flow left
+    them (None when there is nothing to retire)."""
+    shown = jq.old_status.get("flow") is not None
+    if condition_of(jq.old_status, CONDITION_FLOW_APPLIED) is None and not shown:
+        return None
+    return FlowOutcome(ConditionValue(
+        False, "NotManaged", "spec.flow is not set: the queue's flow limits are left to "
+        "`tenure flow limit`"), retire=shown)
 
 
 def rerun_lost_migration(kube: Kube, jq: JobQueueRef, job: str, failure: Failure) -> Failure:

@@ -1,19 +1,26 @@
-"""The operator's one edge to the database: queue figures, queue controls, DSN resolution.
+"""The operator's one edge to the database: queue figures, queue controls, flow limits, DSN
+resolution.
 
-The engine never opens a connection itself: it calls a :data:`StatsFetcher` and a
-:data:`ControlApplier` (these functions in production, fakes in unit tests). Both read and
-write only through ``tenure.core`` (``fetch_queue_stats`` and ``tenure.control``, which go
-through the repository), and both turn every database failure into :class:`StatsUnavailable`
-with a CamelCase reason the JobQueue's ``Degraded`` condition shows.
+The engine never opens a connection itself: it calls a :data:`StatsFetcher`, a
+:data:`ControlApplier` and a :data:`FlowApplier` (these functions in production, fakes in unit
+tests). They read and write only through ``tenure.core`` (``fetch_queue_stats``, the
+repository's flow face) and the APIs the CLI uses (``tenure.control``, ``tenure.flow``), and
+turn every database failure into :class:`StatsUnavailable` with a CamelCase reason the
+JobQueue's conditions show.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from tenure.operator import scaler as sc
 from tenure.operator.settings import STATS_CONNECT_TIMEOUT_SECONDS_DEFAULT
+from tenure.operator.spec import FlowSpec
+
+if TYPE_CHECKING:
+    from tenure.core.repository import FlowStore
 
 #: Kubernetes' default ``ndots``: a name with fewer dots is tried with the search path first.
 NDOTS = 5
@@ -165,6 +172,134 @@ def apply_controls(dsn: str, schema: str, queue: str, paused: bool, max_running:
         raise StatsUnavailable("DatabaseUnreachable", one_line(exc)) from exc
     except psycopg.Error as exc:
         raise StatsUnavailable("DatabaseError", one_line(exc)) from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowLimits:
+    """A queue's flow limits as the database holds them."""
+
+    per_key_running: int = 0
+    """The running cap of every flow key (0: none)."""
+    keys: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Each key with a running limit of its own, and that limit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowPlan:
+    """What brings a queue's flow limits in line with ``spec.flow``: only what differs."""
+
+    per_key_running: int | None = None
+    """The new per-key cap (0 removes it); None: already right."""
+    set_keys: tuple[tuple[str, int], ...] = ()
+    """Keys whose own limit is missing or different, with the limit to set."""
+    remove_keys: tuple[str, ...] = ()
+    """Keys with an own limit the spec does not list (or lists with running 0)."""
+
+    @property
+    def empty(self) -> bool:
+        return self.per_key_running is None and not self.set_keys and not self.remove_keys
+
+    def summary(self) -> str:
+        """One line for the Event, e.g. ``perKeyRunning=5; 2 key limits set; 1 removed``."""
+        parts = [] if self.per_key_running is None else [f"perKeyRunning={self.per_key_running}"]
+        if self.set_keys:
+            parts.append(f"{len(self.set_keys)} key limit(s) set")
+        if self.remove_keys:
+            parts.append(f"{len(self.remove_keys)} key limit(s) removed")
+        return "; ".join(parts) or "unchanged"
+
+    def after(self, current: FlowLimits) -> FlowLimits:
+        """``current`` with the plan applied."""
+        keys = {k: v for k, v in current.keys.items() if k not in self.remove_keys}
+        keys.update(self.set_keys)
+        per_key = current.per_key_running if self.per_key_running is None else self.per_key_running
+        return FlowLimits(per_key, keys)
+
+
+def plan_flow(current: FlowLimits, wanted: FlowSpec) -> FlowPlan:
+    """The changes that make ``current`` equal ``wanted`` (the JobQueue owns every key limit of
+    its queue while ``spec.flow`` is set, so unlisted keys lose theirs); empty when equal."""
+    want_keys = wanted.key_limits()
+    return FlowPlan(
+        per_key_running=(None if current.per_key_running == wanted.per_key_running
+                         else wanted.per_key_running),
+        set_keys=tuple((k, n) for k, n in want_keys.items() if current.keys.get(k) != n),
+        remove_keys=tuple(sorted(k for k in current.keys if k not in want_keys)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowApplied:
+    """The result of :func:`apply_flow`: what it changed and the limits after."""
+
+    plan: FlowPlan
+    limits: FlowLimits
+
+
+#: (dsn, schema, queue, spec.flow, requested_by) -> what was applied; raises StatsUnavailable.
+FlowApplier = Callable[[str, str, str, FlowSpec, str], FlowApplied]
+
+#: Keys read at first when a queue has key limits (the busiest keys come first; a second read
+#: takes every key when the first missed some of the key limits).
+FLOW_KEYS_FIRST_READ = 2000
+
+
+def read_flow_limits(repo: FlowStore, queue: str) -> FlowLimits:
+    """``queue``'s per-key cap and every key's own limit, through the repository's flow face
+    (``tenure.core.repository.FlowStore``): a queue without limits costs one small query."""
+    row = next((q for q in repo.flow_queue_list() if q["queue"] == queue), None)
+    if row is None:
+        return FlowLimits()
+    per_key = int(row["per_key_running"] or 0)
+    own = int(row["key_limits"] or 0)
+    if own == 0:
+        return FlowLimits(per_key)
+    rows = repo.flow_key_status(queue, max(FLOW_KEYS_FIRST_READ, 2 * own))
+    found = sum(1 for r in rows if r["own_limit"])
+    if found < own and rows and int(rows[0]["keys_total"]) > len(rows):
+        rows = repo.flow_key_status(queue, int(rows[0]["keys_total"]))
+    return FlowLimits(per_key, {str(r["flow_key"]): int(r["running_limit"])
+                                for r in rows if r["own_limit"]})
+
+
+def apply_flow(dsn: str, schema: str, queue: str, wanted: FlowSpec, requested_by: str,
+               connect_timeout: int = STATS_CONNECT_TIMEOUT_SECONDS_DEFAULT) -> FlowApplied:
+    """Bring ``queue``'s flow limits in line with ``spec.flow`` in one transaction, through
+    ``tenure.flow`` (as `tenure flow limit` does; each change recorded in flow_changes as
+    ``requested_by``). Reads first and changes only what differs; the per-key cap is set last,
+    so the queue's claim gate row is locked for the shortest time."""
+    import psycopg
+
+    from tenure import flow
+    from tenure.core.db import connect
+    from tenure.core.errors import ConfigError
+    from tenure.core.repository import Repository
+
+    try:
+        with connect(psycopg.conninfo.make_conninfo(dsn, connect_timeout=connect_timeout),
+                     application_name="tenure-operator") as conn, conn.transaction():
+            repo: FlowStore = Repository(conn, schema)
+            current = read_flow_limits(repo, queue)
+            plan = plan_flow(current, wanted)
+            for key in plan.remove_keys:
+                flow.set_key_running(conn, queue, key, 0, schema=schema, requested_by=requested_by)
+            for key, running in plan.set_keys:
+                flow.set_key_running(conn, queue, key, running, schema=schema,
+                                     requested_by=requested_by)
+            if plan.per_key_running is not None:
+                flow.set_per_key_running(conn, queue, plan.per_key_running, schema=schema,
+                                         requested_by=requested_by)
+    except ConfigError as exc:
+        raise StatsUnavailable("InvalidFlowSpec", one_line(exc)) from exc
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+        raise StatsUnavailable(
+            "FlowSchemaMissing", f"schema {schema!r} has no flow-control tables (tenure migrate"
+            f" with an image that has flow keys): {one_line(exc)}") from exc
+    except psycopg.OperationalError as exc:
+        raise StatsUnavailable("DatabaseUnreachable", one_line(exc)) from exc
+    except psycopg.Error as exc:
+        raise StatsUnavailable("DatabaseError", one_line(exc)) from exc
+    return FlowApplied(plan, plan.after(current))
 
 
 def one_line(exc: BaseException) -> str:

@@ -29,7 +29,13 @@ from typing import Any
 from tenure.operator import exporter as ex
 from tenure.operator import spec as s
 from tenure.operator.engine import Outcome, Reach, run_pass
-from tenure.operator.figures import QueueFigures, apply_controls, fetch_figures
+from tenure.operator.figures import (
+    FlowApplied,
+    QueueFigures,
+    apply_controls,
+    apply_flow,
+    fetch_figures,
+)
 from tenure.operator.kube import Kube
 from tenure.operator.settings import OperatorConfig
 from tenure.operator.status import Announcements
@@ -61,6 +67,11 @@ class JobQueueHandlers:
     def controls(self, dsn: str, schema: str, queue: str, paused: bool, limit: int) -> None:
         apply_controls(dsn, schema, queue, paused, limit, self.config.stats_connect_timeout_seconds)
 
+    def flow(self, dsn: str, schema: str, queue: str, wanted: s.FlowSpec,
+             requested_by: str) -> FlowApplied:
+        return apply_flow(dsn, schema, queue, wanted, requested_by,
+                          self.config.stats_connect_timeout_seconds)
+
     def run(self, body: Any, patch: Any, retry: int, *, full: bool,
             index: Mapping[tuple[str, str], Any]) -> Outcome:
         """One pass: patch the status, post the Events not yet announced, raise on failure."""
@@ -73,7 +84,8 @@ class JobQueueHandlers:
             kopf.adopt(child, owner=body)
 
         reach = Reach(self.kube(), self.fetch, adopt, self.controls, ex.members_from_index(index),
-                      self.config.manage_migrations, self.config.migration_retry_seconds)
+                      self.config.manage_migrations, self.config.migration_retry_seconds,
+                      self.flow)
         outcome = run_pass(snapshot, reach, dt.datetime.now(dt.UTC), full=full)
         for key, value in outcome.status.items():
             patch.status[key] = value

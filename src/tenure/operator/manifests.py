@@ -18,8 +18,8 @@ The shared ``tenure exporter`` of a database and schema is built in
 :mod:`tenure.operator.exporter`, from the pod pieces here.
 
 The pod templates carry ``tenure.dev/spec-hash``: a hash of the spec without ``scaling``
-(replica bounds do not change a pod), so any pod-shaping change rolls the pods and a scaling
-change does not. The engine computes it once per pass (:func:`spec_hash`) and hands it to
+(replica bounds do not change a pod) and ``flow`` (limits the database holds), so any
+pod-shaping change rolls the pods and a scaling or flow change does not. The engine computes it once per pass (:func:`spec_hash`) and hands it to
 the builders with the parsed spec.
 """
 
@@ -100,9 +100,14 @@ def common_labels(name: str, component: str) -> dict[str, str]:
     return {**selector_labels(name, component), "app.kubernetes.io/managed-by": MANAGED_BY}
 
 
+#: Top-level spec fields that shape no pod (left out of :func:`spec_hash`).
+NOT_POD_SHAPING = frozenset({"scaling", "flow"})
+
+
 def spec_hash(raw_spec: Mapping[str, Any]) -> str:
-    """Stable hash of the pod-shaping part of the spec (everything but ``scaling``)."""
-    shaped = {k: v for k, v in raw_spec.items() if k != "scaling"}
+    """Stable hash of the pod-shaping part of the spec (everything but ``scaling`` and
+    ``flow``, which lives in the database: changing a flow limit restarts no pod)."""
+    shaped = {k: v for k, v in raw_spec.items() if k not in NOT_POD_SHAPING}
     blob = json.dumps(shaped, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 

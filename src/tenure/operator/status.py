@@ -11,7 +11,10 @@ next timer pass writes it into the conditions.
 * ``SchemaReady``: where the migration for the current image stands;
 * ``Scaling``: a scale decision, pods not ready yet, or stable;
 * ``Degraded``: True with the failure's reason, else False/Healthy;
-* ``Ready``: False with the failure's reason, or while the schema is not current, else True.
+* ``Ready``: False with the failure's reason, or while the schema is not current, else True;
+* ``FlowApplied`` (only while ``spec.flow`` is set, or to retire it as ``NotManaged``): True
+  when the database holds the spec's flow limits, False with the reason they could not be
+  applied. A pass that does not reach the database leaves it as it was.
 
 ``lastTransitionTime`` moves only when a condition's status flips.
 
@@ -36,6 +39,7 @@ CONDITION_READY = "Ready"
 CONDITION_DEGRADED = "Degraded"
 CONDITION_SCALING = "Scaling"
 CONDITION_SCHEMA_READY = "SchemaReady"
+CONDITION_FLOW_APPLIED = "FlowApplied"
 #: Deleted JobQueues whose uid is remembered, so a pass still running when its JobQueue was
 #: deleted cannot bring the uid back into the memory (uids are never reused).
 FORGOTTEN_MAX = 1024
@@ -81,6 +85,8 @@ class PassReport:
     scaling: ConditionValue | None = None
     #: Ready when nothing failed (False while the schema is not current).
     ready: ConditionValue | None = None
+    #: FlowApplied, when the pass applied spec.flow (or retires the condition).
+    flow: ConditionValue | None = None
 
 
 def upsert_condition(
@@ -147,6 +153,8 @@ def conditions_for(
         updates.append((CONDITION_SCHEMA_READY, report.schema))
     if report.scaling is not None:
         updates.append((CONDITION_SCALING, report.scaling))
+    if report.flow is not None:
+        updates.append((CONDITION_FLOW_APPLIED, report.flow))
     if report.failure is not None:
         failed = (report.failure.reason, report.failure.message)
         updates.append((CONDITION_DEGRADED, ConditionValue(True, *failed)))
