@@ -102,22 +102,24 @@ class LeaseQueries(RepositoryBase):
     def claim(self, worker_id: str, queues: Sequence[str], limit: int, lease: float,
               aging: float = PRIORITY_AGING_DEFAULT) -> list[ClaimedJob]:
         """Claim up to ``limit`` jobs: paused queues are skipped, a queue's global ``max_running``
-        caps what is taken, jobs ready longer than ``aging`` seconds go first (oldest first),
-        then priority order.
+        and its per-key limits (docs/flow.md) cap what is taken, jobs ready longer than ``aging``
+        seconds go first (oldest first), then priority order.
 
-        Without a limit on any of ``queues`` this is one autocommit statement (one round trip).
-        A limited queue needs two statements in one transaction (sent as one pipeline): the
-        first locks the control rows of the limited queues, so the claim's snapshot sees every
-        committed claim of those queues (a count inside one statement would race). The
-        ungated statement finds out by itself (it then claims nothing and says so); this
-        repository remembers it and claims gated until the gate finds no limit any more, so a
-        worker on a limited queue pays no extra round trip per claim.
+        Without a limit on any of ``queues`` this is one autocommit statement (``job_claim``,
+        one round trip). A limited queue needs two statements in one transaction (sent as one
+        pipeline): the first locks the control rows of the limited queues, so the claim's
+        snapshot (``job_claim_gated``) sees every committed claim of those queues (a count
+        inside one statement would race). The ungated statement finds out by itself (it then
+        claims nothing and says so); this repository remembers it and claims gated until the
+        gate finds no limit any more, so a worker on a limited queue pays no extra round trip
+        per claim. With per-key limits, a pass that comes back short is followed by another in
+        the same transaction (at most :data:`GATED_CLAIM_PASSES_MAX` in all).
 
         The hot path: rows arrive as tuples in :class:`ClaimedJob`'s field order (checked
         against the statement's columns on every call) and become jobs without a dict per row
         or the frozen ``__init__``."""
         params = {"queues": list(queues), "limit": limit, "lease": float(lease),
-                  "worker_id": worker_id, "aging": float(aging), "gated": False}
+                  "worker_id": worker_id, "aging": float(aging)}
         own_tx = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         rows: list[tuple[Any, ...]] = []
         if own_tx and not self._claim_gated:
@@ -128,14 +130,13 @@ class LeaseQueries(RepositoryBase):
             if not rows or rows[-1][0] is not None:
                 return claimed_jobs(rows)
             self._claim_gated = True  # a requested queue has a running limit: nothing was claimed
-        params["gated"] = True
         with self.conn.cursor(row_factory=tuple_row) as gate, self.conn.cursor(row_factory=tuple_row) as cur:
             with contextlib.ExitStack() as stack:
                 if own_tx:
                     stack.enter_context(self.conn.pipeline())
                     stack.enter_context(self.conn.transaction())
                 gate.execute(self._q["queue_claim_gate"], params)
-                cur.execute(self._q["job_claim"], params)
+                cur.execute(self._q["job_claim_gated"], params)
                 # In a pipeline the results (and the descriptions) arrive at its sync: one round trip.
                 limited = gate.fetchall()
                 rows = cur.fetchall()
@@ -148,7 +149,7 @@ class LeaseQueries(RepositoryBase):
                 # key now counts as full and is skipped. A pass that takes nothing ends it.
                 while (any(keyed for _, keyed in limited) and 0 < got and len(rows) < limit
                        and passes < GATED_CLAIM_PASSES_MAX):
-                    cur.execute(self._q["job_claim"], {**params, "limit": limit - len(rows)})
+                    cur.execute(self._q["job_claim_gated"], {**params, "limit": limit - len(rows)})
                     more = cur.fetchall()
                     rows += more
                     got = len(more)

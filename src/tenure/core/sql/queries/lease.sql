@@ -9,27 +9,84 @@
 -- fragment x_filter. Every time comparison uses the database clock (now()), never the worker's (R6).
 
 -- name: job_claim
--- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, jobs ready longer than `aging` first (oldest first), then by priority, never past a queue's or a flow key's running limit; fresh token and fence per job, lease from the DB clock (R1).
--- Ungated (`gated` false: one autocommit statement, the hot path), a requested queue with a
--- running limit (a global max_running, a per_key_running or a flow_keys row) makes it claim
--- nothing and return one marker row (all NULL) instead: the caller then runs it gated, after
--- queue_claim_gate in the same transaction, so every count below sees every committed claim of
--- the queue. Each limited queue is capped by max_running minus its running count.
--- Each queue (in the order given) is one index probe for the aged lane (jobs_ready_idx) and one
--- scan of the rest in priority order (jobs_ready_priority_idx); the lanes are disjoint by
--- available_at, so a row is never taken twice.
--- A queue with per-key limits (`keyed`) scans the same lanes but skips the jobs of keys already
--- at their limit (counted from live running rows, jobs_flow_running_idx), takes up to 4x its
--- room as candidates, and keeps, per key, no more than the key's room, in lane order. A running
--- job counts until whatever ends its lease ends it; a refused late write frees nothing.
+-- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, jobs ready longer than `aging` first (oldest first), then by priority; fresh token and fence per job, lease from the DB clock (R1).
+-- One autocommit statement, the hot path. A requested queue with a running limit (a global
+-- max_running, a per_key_running or a flow_keys row) makes it claim nothing and return one marker
+-- row (all NULL) instead: the caller then claims with job_claim_gated, after queue_claim_gate in the
+-- same transaction. Each queue (in the order given) is one index probe for the aged lane
+-- (jobs_ready_idx) and one scan of the rest in priority order (jobs_ready_priority_idx); the lanes
+-- are disjoint by available_at, so a row is never taken twice.
 -- A running attempt is recorded on its jobs row (owner, token, fence, started_at); its audit row (the attempt
 -- record) is written once, by whatever ends the attempt, so a claim inserts nothing into job_events.
 WITH q AS (
     SELECT u.name, u.ord,
            s.max_running IS NOT NULL OR s.per_key_running IS NOT NULL
                OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = u.name) AS limited,
-           %(gated)s::boolean AND (s.per_key_running IS NOT NULL
-               OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = u.name)) AS keyed,
+           %(limit)s::int AS room
+    FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS u(name, ord)
+    LEFT JOIN {schema}.queues s ON s.name = u.name
+    WHERE s.paused IS NOT TRUE
+    ORDER BY u.ord
+), blocked AS (
+    SELECT coalesce(bool_or(limited), false) AS blocked FROM q
+), picked AS (
+    SELECT x.id FROM q CROSS JOIN LATERAL (
+        SELECT a.id FROM (
+            SELECT id FROM {schema}.jobs
+            WHERE status = 'pending' AND queue_name = q.name
+              AND available_at <= now() - make_interval(secs => %(aging)s)
+            ORDER BY available_at, id
+            LIMIT q.room FOR UPDATE SKIP LOCKED) a
+        UNION ALL
+        SELECT r.id FROM (
+            SELECT id FROM {schema}.jobs
+            WHERE status = 'pending' AND queue_name = q.name AND available_at <= now()
+              AND available_at > now() - make_interval(secs => %(aging)s)
+            ORDER BY priority DESC, available_at, id
+            LIMIT q.room FOR UPDATE SKIP LOCKED) r
+        LIMIT q.room
+    ) x
+    WHERE NOT (SELECT blocked FROM blocked)
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE {schema}.jobs j
+    SET status = 'running', started_at = now(), last_heartbeat_at = now(),
+        lease_expires_at = now() + make_interval(secs => %(lease)s),
+        locked_by = %(worker_id)s, lock_token = gen_random_uuid(),
+        fence = nextval('{schema}.job_fence_seq'),
+        attempt_count = j.attempt_count + 1, updated_at = now()
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
+              j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
+              j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
+              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority,
+              j.trace_context, j.flow_key,
+              j.available_at <= now() - make_interval(secs => %(aging)s) AS aged, j.available_at
+)
+(SELECT id, queue_name, task, payload, payload_version, attempt_count, max_attempts, lock_token, fence,
+        idempotency_key, correlation_id, checkpoint_step, checkpoint_data, lease_expires_at, wait_seconds, priority,
+        trace_context, flow_key
+ FROM claimed
+ ORDER BY array_position(%(queues)s::text[], queue_name), aged DESC,
+          CASE WHEN aged THEN 0 ELSE -priority END, available_at, id)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM blocked WHERE blocked;
+
+-- name: job_claim_gated
+-- Claim up to `limit` ready jobs of queues with a running limit, after queue_claim_gate in the same transaction: each queue capped by max_running minus its running count, and a queue with per-key limits never past any key's limit; otherwise as job_claim.
+-- The gate's lock means every count below sees every committed claim of the queue.
+-- A queue with per-key limits (`keyed`: a per_key_running or a flow_keys row) scans the same lanes
+-- as job_claim but skips the jobs of keys already at their limit (counted from live running rows,
+-- jobs_flow_running_idx), locks up to 4x its room as candidates, and keeps, per key, no more than
+-- the key's room, in lane order. A running job counts until whatever ends its lease ends it; a
+-- refused late write frees nothing. The caller claims again in the same transaction when a pass
+-- comes back short (a key with a long run at the head). Kept apart from job_claim: the per-key
+-- lane's plan costs the hot statement about 0.6 ms a claim to plan even when it is not taken.
+WITH q AS (
+    SELECT u.name, u.ord,
+           s.per_key_running IS NOT NULL
+               OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = u.name) AS keyed,
            s.per_key_running,
            CASE WHEN s.max_running IS NULL THEN %(limit)s::int
                 ELSE greatest(0, least(%(limit)s::int, s.max_running - (
@@ -39,8 +96,6 @@ WITH q AS (
     LEFT JOIN {schema}.queues s ON s.name = u.name
     WHERE s.paused IS NOT TRUE
     ORDER BY u.ord
-), blocked AS (
-    SELECT NOT %(gated)s::boolean AND coalesce(bool_or(limited), false) AS blocked FROM q
 ), picked AS (
     SELECT x.id FROM q CROSS JOIN LATERAL (
         SELECT a.id FROM (
@@ -99,7 +154,6 @@ WITH q AS (
             LIMIT q.room) k
         LIMIT q.room
     ) x
-    WHERE NOT (SELECT blocked FROM blocked)
     LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.jobs j
@@ -121,10 +175,7 @@ WITH q AS (
         trace_context, flow_key
  FROM claimed
  ORDER BY array_position(%(queues)s::text[], queue_name), aged DESC,
-          CASE WHEN aged THEN 0 ELSE -priority END, available_at, id)
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM blocked WHERE blocked;
+          CASE WHEN aged THEN 0 ELSE -priority END, available_at, id);
 
 -- name: queue_claim_gate
 -- Lock the control rows of the claimed queues that have a running limit (global, per key, or for one key), in name order, so limited claims serialise and the next statement counts every committed claim; returns their names, and whether each has per-key limits.
