@@ -6,8 +6,8 @@
 # unexpected outcome (a correct model that fails, a bug variant that passes, an incomplete
 # search). Needs `spin` (scripts/tools/spin.sh installs it) and a C compiler.
 #
-#   docs/model/check.sh            quick set, 10-30 s (what CI runs)
-#   docs/model/check.sh --deep     adds two jobs and larger fault budgets (~8 min, ~1.5 GiB)
+#   docs/model/check.sh            quick set, 20-40 s, ~0.3 GiB (what CI runs)
+#   docs/model/check.sh --deep     adds two jobs and larger fault budgets (~9 min, ~1.5 GiB)
 #   docs/model/check.sh --keep DIR keep the work directory (pan sources, counterexample trails)
 #   docs/model/check.sh --only A,B run only the named checks (names as printed)
 # Environment: MODEL (default docs/model/lease.pml), CC (default cc),
@@ -115,7 +115,17 @@ run no-max-lease-total       liveness fail -DNO_MAX_LEASE_TOTAL
 # defence in depth / design alternatives that must still hold
 run row-lock-only            safety   pass -DNO_REAPER_CAS
 run recheck-without-lock     safety   pass -DREAP_NO_LOCK -DREAP_RECHECK
+# per-key running limit (issue 38): 2 jobs of one flow key, limit 1, count derived from rows
+flow=(-DNJOBS=2 -DKEYLIMIT=1)
+run flow-safety              safety   pass "${flow[@]}"
+run flow-liveness            liveness pass "${flow[@]}" -DNREAPERS=1 -DMAX_LOSS=1
+# ... and the bugs it must catch. No lost messages or releases: the only stale token left is
+# a frozen worker's after the reaper took its job, so the trail is a reaped job's late completion.
+run slot-counter             safety   fail "${flow[@]}" -DSLOT_COUNTER -DMAX_LOSS=0 -DMAX_RELEASE=0
+run slot-counter-overrun     safety   fail "${flow[@]}" -DSLOT_COUNTER -DMAX_LOSS=0 -DMAX_RELEASE=0 -DLIMIT_ONLY
+run ungated-claim            safety   fail "${flow[@]}" -DNO_GATE
 if [ "$deep" = 1 ]; then
+    run flow-liveness-wide   liveness pass "${flow[@]}"
     run wide-liveness        liveness pass -DMAX_ATTEMPTS=3 -DMAX_CRASH=2 -DMAX_LOSS=3 -DMAX_RELEASE=2
     run two-jobs-safety      safety   pass -DNJOBS=2
     run two-jobs-liveness    liveness pass -DNJOBS=2

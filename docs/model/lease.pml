@@ -14,12 +14,25 @@
  * MAX_TOTAL, R4), graceful releases, a reaper whose transaction aborts. Time is the DB clock
  * only (R6): workers have no clock, so worker clock skew cannot exist in the model.
  *
+ * Per-key running limit (issue 38): -DKEYLIMIT=N gives every job the same flow key with a
+ * per-key running limit of N (use with -DNJOBS=2 or 3). The gated claim (queue_claim_gate, then
+ * job_claim in the same transaction) counts the key's live `status='running'` rows and takes a
+ * job only while that count is below N, in one step. There is no counter: the count is derived
+ * from the rows (KEY_RUNNING), so whatever ends a lease frees the slot, and a refused late write
+ * frees nothing.
+ *
  * Variants (docs/model/check.sh runs them all):
  *   must FAIL safety:
  *   -DNO_TOKEN_CHECK                 job_complete_many without `lock_token = token`
  *   -DREAP_NO_LOCK -DNO_REAPER_CAS   reaper reads, then writes by id only (riverqueue/river#1302)
  *   -DREAP_NO_LOCK                   reaper read and CAS in separate transactions (no row lock
  *                                    in between): a lease renewed in the gap is reaped anyway
+ *   -DKEYLIMIT=1 -DSLOT_COUNTER      the key's slots are a separate counter, freed by every
+ *                                    completion attempt, refused stale ones too ("freed twice")
+ *   ... -DSLOT_COUNTER -DLIMIT_ONLY  the same, checking only the limit: the double free lets a
+ *                                    second job of the key run
+ *   -DKEYLIMIT=1 -DNO_GATE           the claim counts the key's running rows and takes the job
+ *                                    in separate steps (no per-queue gate serialising claims)
  *   must FAIL liveness:
  *   -DNO_MAX_LEASE_TOTAL             heartbeats renew forever (no R4 bound)
  *   must PASS (alternatives / defence in depth):
@@ -29,8 +42,9 @@
 
 /* ---- parameters (override with spin -DNAME=value) ---------------------------------- */
 #ifndef NJOBS
-#define NJOBS 1            /* jobs in the queue: 1 or 2 */
+#define NJOBS 1            /* jobs in the queue: 1, 2 or 3 */
 #endif
+/* KEYLIMIT: per-key running limit, all jobs share one flow key; undefined = no limit */
 #ifndef NREAPERS
 #define NREAPERS 2         /* concurrent reapers: 1 or 2 */
 #endif
@@ -88,28 +102,95 @@ byte losses;               /* lost messages / aborted reaper transactions used *
 byte releases;             /* releases used */
 byte completions[NJOBS];   /* accepted completions per job */
 
+/* ---- the flow key's running limit (issue 38) ----------------------------------------
+ * KEY_RUNNING: the key's live running rows, derived from the jobs as job_claim counts them.
+ * SLOTS: the count the claim consults. The shipped design has no counter (SLOTS is
+ * KEY_RUNNING); the SLOT_COUNTER mutant keeps a separate counter, incremented by the claim and
+ * decremented by whatever ends a lease (CLEAR) and, the bug, by a refused completion too. */
 #if NJOBS == 1
-#define CHOOSE_PENDING(x)   job[0].st == PENDING -> x = 0
+#define KEY_RUNNING   (job[0].st == RUNNING)
+#elif NJOBS == 2
+#define KEY_RUNNING   ((job[0].st == RUNNING) + (job[1].st == RUNNING))
+#else
+#define KEY_RUNNING   ((job[0].st == RUNNING) + (job[1].st == RUNNING) + (job[2].st == RUNNING))
+#endif
+
+#ifdef SLOT_COUNTER
+short slots;               /* BUG: the key's running count kept as a counter */
+#define SLOTS           slots
+#define SLOT_TAKE       slots++
+#define SLOT_FREE       slots--
+#define LATE_FREE       slots--   /* BUG: the completion path frees the slot whatever its CAS did */
+#else
+#define SLOTS           KEY_RUNNING
+#define SLOT_TAKE       skip
+#define SLOT_FREE       skip
+#define LATE_FREE       skip      /* a refused UPDATE writes no row, so frees no slot */
+#endif
+
+#ifdef KEYLIMIT
+#define ROOM            (SLOTS < KEYLIMIT)
+#else
+#define ROOM            true
+#endif
+
+/* ghost: the slot count just before a refused completion (always reset to 0) */
+short seen;
+
+/* Property: a refused (late, stale-token) completion leaves the key's slot count unchanged. */
+#ifdef LIMIT_ONLY
+#define CHECK_LATE_FREE  seen = 0
+#else
+#define CHECK_LATE_FREE  assert(SLOTS == seen); seen = 0
+#endif
+
+/* Property: the key never has more than KEYLIMIT running jobs. KEY_RUNNING grows only in
+ * job_claim (the only write that sets status = running), so checking it after every claim
+ * checks it in every reachable state. */
+#ifdef KEYLIMIT
+#define CHECK_LIMIT      assert(KEY_RUNNING <= KEYLIMIT)
+#else
+#define CHECK_LIMIT      skip
+#endif
+
+/* A job the claim may take: pending, and (gated claim) the key below its limit. */
+#define CLAIMABLE(k)        (job[k].st == PENDING && ROOM)
 #define REAPABLE(k)         (job[k].st == RUNNING && job[k].lease < -GRACE && !job[k].lock)
+#define TICKS(k)            (job[k].st == RUNNING && (job[k].lease > FLOOR || job[k].age < MAX_TOTAL))
+
+#if NJOBS == 1
+#define CHOOSE_PENDING(x)   CLAIMABLE(0) -> x = 0
 #define CHOOSE_REAPABLE(x)  REAPABLE(0) -> x = 0
 #define ALL_TERMINAL        (job[0].st >= COMPLETED)
-#define TICKS(k)            (job[k].st == RUNNING && (job[k].lease > FLOOR || job[k].age < MAX_TOTAL))
 #define CAN_TICK            TICKS(0)
-#else
+#elif NJOBS == 2
 #define CHOOSE_PENDING(x) \
     if \
-    :: job[0].st == PENDING -> x = 0 \
-    :: job[1].st == PENDING -> x = 1 \
+    :: CLAIMABLE(0) -> x = 0 \
+    :: CLAIMABLE(1) -> x = 1 \
     fi
-#define REAPABLE(k)         (job[k].st == RUNNING && job[k].lease < -GRACE && !job[k].lock)
 #define CHOOSE_REAPABLE(x) \
     if \
     :: REAPABLE(0) -> x = 0 \
     :: REAPABLE(1) -> x = 1 \
     fi
 #define ALL_TERMINAL        (job[0].st >= COMPLETED && job[1].st >= COMPLETED)
-#define TICKS(k)            (job[k].st == RUNNING && (job[k].lease > FLOOR || job[k].age < MAX_TOTAL))
 #define CAN_TICK            (TICKS(0) || TICKS(1))
+#else
+#define CHOOSE_PENDING(x) \
+    if \
+    :: CLAIMABLE(0) -> x = 0 \
+    :: CLAIMABLE(1) -> x = 1 \
+    :: CLAIMABLE(2) -> x = 2 \
+    fi
+#define CHOOSE_REAPABLE(x) \
+    if \
+    :: REAPABLE(0) -> x = 0 \
+    :: REAPABLE(1) -> x = 1 \
+    :: REAPABLE(2) -> x = 2 \
+    fi
+#define ALL_TERMINAL        (job[0].st >= COMPLETED && job[1].st >= COMPLETED && job[2].st >= COMPLETED)
+#define CAN_TICK            (TICKS(0) || TICKS(1) || TICKS(2))
 #endif
 
 /* The CAS of every worker write:
@@ -150,8 +231,9 @@ byte completions[NJOBS];   /* accepted completions per job */
 #endif
 #define ROW_FREE(j)     (!job[j].lock)
 
-/* Leaving 'running' clears lease_expires_at, locked_by and lock_token (NULL). */
-#define CLEAR(j)  job[j].by = 0; job[j].tok = 0; job[j].lease = 0; job[j].age = 0
+/* Leaving 'running' clears lease_expires_at, locked_by and lock_token (NULL); with a derived
+ * count that alone frees the key's slot (SLOT_FREE is the SLOT_COUNTER mutant's decrement). */
+#define CLEAR(j)  job[j].by = 0; job[j].tok = 0; job[j].lease = 0; job[j].age = 0; SLOT_FREE
 
 /* Safety, checked on every accepted write (ghost: compares with the writer's own token and
  * the job's status, independent of the WHERE clause the variant uses):
@@ -179,17 +261,19 @@ byte completions[NJOBS];   /* accepted completions per job */
     fi
 
 /* One worker write: the UPDATE waits for a reaper's row lock, its request may be lost
- * (no change), else it applies atomically and its response may be lost. */
-#define WRITE(guard, body, on_accept) \
+ * (no change), else it applies atomically and its response may be lost. `on_refuse` runs when
+ * the CAS refuses the write (for the completion: the late-completion property). */
+#define WRITE_OR(guard, body, on_accept, on_refuse) \
     atomic { \
         ROW_FREE(j) -> \
         if \
         :: losses < MAX_LOSS -> losses++; res = LOST \
         :: (guard) -> WORKER_WRITE_OK(j, mytok); body; res = ACCEPTED; MAY_LOSE(res) \
-        :: !(guard) -> res = REJECTED; MAY_LOSE(res) \
+        :: !(guard) -> on_refuse; res = REJECTED; MAY_LOSE(res) \
         fi; \
         DISPATCH(res, on_accept) \
     }
+#define WRITE(guard, body, on_accept)  WRITE_OR(guard, body, on_accept, skip)
 
 /* ---- worker slot ---------------------------------------------------------------------
  * One execution slot of a worker process with id `wid`. Two slots share wid 1 (a worker
@@ -201,9 +285,22 @@ proctype Worker(byte wid) {
     byte res;      /* outcome of the last write as this slot saw it */
 
 end_idle:          /* idle: j = mytok = res = 0 (reset by every jump here) */
-    /* job_claim: pending -> running, fresh token, attempt + 1, lease from the DB clock */
+    /* job_claim: pending -> running, fresh token, attempt + 1, lease from the DB clock. With a
+     * per-key limit it runs gated: the gate serialises claims, so counting the key's running
+     * rows and taking the job is one step (CHOOSE_PENDING only offers a job while ROOM). */
+#ifdef NO_GATE
+    /* BUG: no gate. The statement's snapshot counts the key's running rows and picks a
+     * pending row; another claim may commit before this one takes it. */
+    atomic { CHOOSE_PENDING(j) };
+    atomic {
+        if
+        :: job[j].st != PENDING -> GOTO_IDLE          /* row taken meanwhile (SKIP LOCKED) */
+        :: else -> skip
+        fi;
+#else
     atomic {
         CHOOSE_PENDING(j);
+#endif
         job[j].fence++;
         job[j].tok = job[j].fence;
         job[j].st = RUNNING;
@@ -211,6 +308,8 @@ end_idle:          /* idle: j = mytok = res = 0 (reset by every jump here) */
         job[j].att++;
         job[j].age = 0;
         job[j].lease = LEASE;
+        SLOT_TAKE;
+        CHECK_LIMIT;                                  /* the key's running rows <= KEYLIMIT */
         mytok = job[j].tok;
         if
         :: goto holding
@@ -225,11 +324,12 @@ holding:
              job[j].lease = RENEWED(j),
              res = 0; goto holding)
     /* job_complete_many */
-    :: WRITE(COMPLETE_CAS(j, wid, mytok),
+    :: WRITE_OR(COMPLETE_CAS(j, wid, mytok),
              job[j].st = COMPLETED; CLEAR(j);
              completions[j]++;
              assert(completions[j] == 1),            /* never two accepted completions */
-             GOTO_IDLE)
+             GOTO_IDLE,
+             seen = SLOTS; LATE_FREE; CHECK_LATE_FREE) /* refused: frees no slot */
     /* job_retry (retryable error, attempts left) */
     :: job[j].att < MAX_ATTEMPTS ->
        WRITE(HOLDS(j, wid, mytok),

@@ -3,6 +3,9 @@
 Each test generates and compiles a `pan` verifier in a temp dir and runs an exhaustive search:
 the correct protocol must pass safety and liveness; each variant with a check removed must
 fail for the reason it exists (that is what shows the model can catch riverqueue/river#1302).
+The per-key running limit (issue 38, -DKEYLIMIT) is checked the same way: the count derived from
+running rows holds the limit and a late completion frees nothing; a slot counter freed by every
+completion attempt, or a claim that counts and takes without the gate, must fail.
 Needs `spin` and a C compiler (scripts/tools/spin.sh): missing tools fail under CI=true and
 skip otherwise. About 20-30 s in all, most of it compiling verifiers. docs/model/check.sh runs
 the same set (and a --deep one) outside pytest.
@@ -26,6 +29,12 @@ MODEL = ROOT / "docs" / "model" / "lease.pml"
 CHECK_SH = ROOT / "docs" / "model" / "check.sh"
 
 WIDE = ("-DMAX_ATTEMPTS=3", "-DMAX_CRASH=2", "-DMAX_LOSS=3", "-DMAX_RELEASE=2")
+# two jobs of one flow key under a per-key running limit of 1
+FLOW = ("-DNJOBS=2", "-DKEYLIMIT=1")
+# no lost messages, no releases: the only stale token is a frozen worker's whose job was reaped
+REAPED_ONLY = ("-DMAX_LOSS=0", "-DMAX_RELEASE=0")
+LIMIT_VIOLATED = "assertion violated (((job[0].st==1)+(job[1].st==1))<=1)"
+LATE_FREE_VIOLATED = "assertion violated (slots==seen)"
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,57 @@ def test_defence_in_depth_alternatives_stay_safe(tools: Tools, tmp_path: Path,
                                                  defines: tuple[str, ...]) -> None:
     v = verify(tools, tmp_path, "safety", *defines)
     assert v.errors == 0, v.output
+
+
+def test_per_key_limit_holds_with_a_count_derived_from_rows(tools: Tools, tmp_path: Path) -> None:
+    v = verify(tools, tmp_path, "safety", *FLOW)
+    assert v.errors == 0, v.output
+    assert "assertion violated" not in v.output
+    assert "invalid end state (" not in v.output
+    assert v.states > 100_000
+    # every Worker statement reached, the refused completion's "frees nothing" assertion included
+    assert unreached(v.output, "Worker").startswith("(1 of "), v.output
+
+
+def test_per_key_limit_strands_no_job(tools: Tools, tmp_path: Path) -> None:
+    # a frozen holder keeps the key's slot only until the reaper takes its job
+    v = verify(tools, tmp_path, "liveness", *FLOW, "-DNREAPERS=1", "-DMAX_LOSS=1")
+    assert re.search(r"never claim\s+\+ \(live\)", v.output), v.output
+    assert v.errors == 0, v.output
+
+
+@pytest.mark.parametrize(("defines", "violated"), [
+    # the key's slots as a counter that every completion attempt decrements, refused ones too
+    ((*FLOW, "-DSLOT_COUNTER", *REAPED_ONLY), LATE_FREE_VIOLATED),
+    # ... whose double free lets a second job of the key run
+    ((*FLOW, "-DSLOT_COUNTER", *REAPED_ONLY, "-DLIMIT_ONLY"), LIMIT_VIOLATED),
+    # the claim counts the key's running rows and takes a job in separate steps (no gate)
+    ((*FLOW, "-DNO_GATE"), LIMIT_VIOLATED),
+], ids=["slot-counter", "slot-counter-overrun", "ungated-claim"])
+def test_flow_variant_fails_the_per_key_limit(tools: Tools, tmp_path: Path,
+                                             defines: tuple[str, ...], violated: str) -> None:
+    v = verify(tools, tmp_path, "safety", *defines)
+    assert v.errors >= 1, v.output
+    assert violated in v.output, v.output
+    assert (tmp_path / "lease.pml.trail").exists()
+
+
+def test_slot_counter_counterexample_is_a_reaped_jobs_late_completion(tools: Tools, tmp_path: Path) -> None:
+    # the same bounds with the shipped derived count: nothing to find
+    ok = verify(tools, tmp_path / "derived", "safety", *FLOW, *REAPED_ONLY)
+    assert ok.errors == 0, ok.output
+    defines = (*FLOW, "-DSLOT_COUNTER", *REAPED_ONLY)
+    v = verify(tools, tmp_path / "counter", "safety", *defines)
+    assert LATE_FREE_VIOLATED in v.output, v.output
+    replay = subprocess.run([tools.spin, "-t", "-p", *defines, "lease.pml"], cwd=v.workdir,
+                            capture_output=True, text=True, timeout=120).stdout
+    lines = replay.splitlines()
+    claim = next(i for i, line in enumerate(lines) if "Worker" in line and "slots = (slots+1)" in line)
+    reaped = [i for i, line in enumerate(lines) if i > claim and "Reaper" in line and "slots = (slots-1)" in line]
+    refused = [i for i, line in enumerate(lines) if "Worker" in line and "seen = slots" in line]
+    assert reaped and refused, replay        # the reaper ended the lease and freed the slot ...
+    assert refused[-1] > reaped[0], replay   # ... then the frozen holder's completion was refused
+    assert "assertion violated" in replay and replay.index("assertion violated") > replay.index(lines[refused[-1]])
 
 
 def test_check_script_reports_expected_passes_and_failures(tools: Tools, tmp_path: Path) -> None:
