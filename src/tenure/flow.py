@@ -75,16 +75,14 @@ class QueueFlow:
     paused: bool
     keys_total: int
     """Keys with a limit of their own, running jobs or ready jobs (all of them, not only those shown)."""
+    blocked: int
+    """Ready jobs held back by their key's limit, over every key (not only those shown)."""
     keys: list[dict[str, Any]]
     """flow_key, running, running_limit, own_limit, ready, blocked, oldest_wait_seconds."""
 
-    @property
-    def blocked(self) -> int:
-        return sum(int(k["blocked"]) for k in self.keys)
-
     def as_json(self) -> dict[str, Any]:
         return {"queue": self.queue, "per_key_running": self.per_key_running, "paused": self.paused,
-                "keys_total": self.keys_total, "keys": self.keys}
+                "keys_total": self.keys_total, "blocked": self.blocked, "keys": self.keys}
 
 
 def flow_status(conn: psycopg.Connection[Any], *, schema: str = "tenure",
@@ -96,10 +94,10 @@ def flow_status(conn: psycopg.Connection[Any], *, schema: str = "tenure",
     out = []
     for q in repo.flow_queue_list():
         rows = [dict(r) for r in repo.flow_key_status(q["queue"], keys)]
-        total = int(rows[0].pop("keys_total")) if rows else 0
-        for r in rows[1:]:
-            r.pop("keys_total", None)
-        out.append(QueueFlow(q["queue"], q["per_key_running"], bool(q["paused"]), total, rows))
+        total, blocked = (int(rows[0]["keys_total"]), int(rows[0]["blocked_total"])) if rows else (0, 0)
+        for r in rows:
+            del r["keys_total"], r["blocked_total"]
+        out.append(QueueFlow(q["queue"], q["per_key_running"], bool(q["paused"]), total, blocked, rows))
     return out
 
 

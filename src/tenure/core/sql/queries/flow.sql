@@ -74,7 +74,7 @@ FROM limited l LEFT JOIN {schema}.queues s ON s.name = l.name
 ORDER BY l.name;
 
 -- name: flow_key_status
--- Per flow key of one queue (keys with a limit of their own, running jobs or ready jobs): running, limit, ready, blocked (ready beyond the key's room) and the oldest ready job's wait; the busiest first, at most `limit` keys, with the total count of keys.
+-- Per flow key of one queue (keys with a limit of their own, running jobs or ready jobs): running, limit, ready, blocked (ready beyond the key's room) and the oldest ready job's wait; the busiest first, at most `limit` keys, with the totals of every key (keys, blocked jobs).
 WITH running AS (
     SELECT flow_key, count(*)::int AS n FROM {schema}.jobs
     WHERE status = 'running' AND queue_name = %(queue)s AND flow_key IS NOT NULL GROUP BY flow_key
@@ -99,7 +99,7 @@ WITH running AS (
     LEFT JOIN {schema}.queues s ON s.name = %(queue)s
 )
 SELECT flow_key, running, running_limit, own_limit, ready, blocked, oldest_wait_seconds,
-       count(*) OVER ()::int AS keys_total
+       count(*) OVER ()::int AS keys_total, (sum(blocked) OVER ())::bigint AS blocked_total
 FROM status
 ORDER BY blocked DESC, running DESC, ready DESC, flow_key
 LIMIT %(limit)s;
