@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import struct
 import subprocess
 import threading
@@ -590,3 +591,201 @@ def test_an_empty_policy_removes_it(sqs: Any) -> None:
     assert "Policy" not in got and "RedrivePolicy" not in got
     assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy", "RedrivePolicy"])
     assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == []
+
+
+def test_fifo_validations_as_sqs_answers_them(sqs: Any) -> None:
+    """Issue 36 item 3: a FIFO send without MessageGroupId, or without a deduplication id on a
+    queue without ContentBasedDeduplication, is refused as SQS refuses it; in a batch the whole
+    request is (as SQS and moto do); a per-message DelaySeconds of 0 is accepted; a RedrivePolicy
+    must name a dead-letter queue of the source's type."""
+    url = sqs.create_queue(QueueName="checks.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageDeduplicationId="d")
+    assert code(exc) == "MissingParameter"
+    assert exc.value.response["Error"]["Message"] == "The request must contain the parameter MessageGroupId."
+    for entries, expected in (([{"Id": "a", "MessageBody": "x", "MessageDeduplicationId": "d"}], "MissingParameter"),
+                              ([{"Id": "a", "MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": "d"},
+                                {"Id": "b", "MessageBody": "y", "MessageGroupId": "g"}], "InvalidParameterValue")):
+        with pytest.raises(ClientError) as exc:
+            sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        assert code(exc) == expected
+    assert exc.value.response["Error"]["Message"] == ("The queue should either have ContentBasedDeduplication "
+                                                      "enabled or MessageDeduplicationId provided explicitly")
+    ok = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "x", "MessageGroupId": "g",
+                                                        "MessageDeduplicationId": "d", "DelaySeconds": 0}])
+    assert [e["Id"] for e in ok["Successful"]] == ["a"] and not ok["Failed"]
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="e", DelaySeconds=5)
+    assert exc.value.response["Error"]["Message"] == ("Value 5 for parameter DelaySeconds is invalid. Reason: The "
+                                                      "request include parameter that is not valid for this queue type.")
+    standard = sqs.create_queue(QueueName="plain-dlq")["QueueUrl"]
+    fifo_dlq = sqs.create_queue(QueueName="fifo-dlq.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    arns = {u: sqs.get_queue_attributes(QueueUrl=u, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            for u in (standard, fifo_dlq)}
+    for name, attrs, dlq in (("f.fifo", {"FifoQueue": "true"}, standard), ("s", {}, fifo_dlq)):
+        policy = f'{{"deadLetterTargetArn": "{arns[dlq]}", "maxReceiveCount": 2}}'
+        with pytest.raises(ClientError) as exc:
+            sqs.create_queue(QueueName=name, Attributes={**attrs, "RedrivePolicy": policy})
+        assert exc.value.response["Error"]["Code"] == "InvalidParameterValue"
+        assert exc.value.response["Error"]["Message"] == (f"Value {policy} for parameter RedrivePolicy is invalid. "
+                                                          "Reason: Dead-letter queue must be same type of queue as "
+                                                          "the source.")
+    with pytest.raises(ClientError) as exc:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={
+            "RedrivePolicy": f'{{"deadLetterTargetArn": "{arns[standard]}", "maxReceiveCount": 2}}'})
+    assert code(exc) == "InvalidParameterValue"
+
+
+def test_add_and_remove_permission_are_kept_in_the_policy(sqs: Any) -> None:
+    import json
+
+    url = sqs.create_queue(QueueName="shared")["QueueUrl"]
+    arn = "arn:aws:sqs:us-east-1:123456789012:shared"
+    sqs.add_permission(QueueUrl=url, Label="one", AWSAccountIds=["111111111111"], Actions=["SendMessage"])
+    sqs.add_permission(QueueUrl=url, Label="two_2", AWSAccountIds=["222222222222", "333333333333"],
+                       Actions=["ReceiveMessage", "DeleteMessage"])
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+    assert policy == {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": [
+        {"Sid": "one", "Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::111111111111:root"},
+         "Action": "SQS:SendMessage", "Resource": arn},
+        {"Sid": "two_2", "Effect": "Allow",
+         "Principal": {"AWS": ["arn:aws:iam::222222222222:root", "arn:aws:iam::333333333333:root"]},
+         "Action": ["SQS:ReceiveMessage", "SQS:DeleteMessage"], "Resource": arn}]}
+    refusals = (
+        ({"Label": "one", "AWSAccountIds": ["111111111111"], "Actions": ["SendMessage"]}, "InvalidParameterValue",
+         "Value one for parameter Label is invalid. Reason: Already exists."),
+        ({"Label": "bad label!", "AWSAccountIds": ["111111111111"], "Actions": ["SendMessage"]},
+         "InvalidParameterValue", None),
+        ({"Label": "x", "AWSAccountIds": ["111111111111"], "Actions": ["RemovePermission"]}, "InvalidParameterValue",
+         "Value SQS:RemovePermission for parameter ActionName is invalid. Reason: Only the queue owner is allowed "
+         "to invoke this action."),
+        ({"Label": "x", "AWSAccountIds": ["12345"], "Actions": ["SendMessage"]}, "InvalidParameterValue", None),
+        ({"Label": "x", "AWSAccountIds": [], "Actions": ["SendMessage"]}, "InvalidParameterValue",
+         "Value [] for parameter PrincipalId is invalid. Reason: Unable to verify."),
+        ({"Label": "x", "AWSAccountIds": ["111111111111"], "Actions": []}, "MissingParameter",
+         "The request must contain the parameter Actions."),
+        ({"Label": "x", "AWSAccountIds": ["111111111111"], "Actions": ["SendMessage"] * 8}, "OverLimit",
+         "8 Actions were found, maximum allowed is 7."))
+    for args, expected, message in refusals:
+        with pytest.raises(ClientError) as exc:
+            sqs.add_permission(QueueUrl=url, **args)
+        assert code(exc) == expected, args
+        assert message is None or exc.value.response["Error"]["Message"] == message
+    sqs.remove_permission(QueueUrl=url, Label="one")
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+    assert [s["Sid"] for s in policy["Statement"]] == ["two_2"]
+    with pytest.raises(ClientError) as exc:
+        sqs.remove_permission(QueueUrl=url, Label="one")
+    assert exc.value.response["Error"]["Message"] == ("Value one for parameter Label is invalid. Reason: can't find "
+                                                      "label on existing policy.")
+    sqs.remove_permission(QueueUrl=url, Label="two_2")
+    assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
+
+
+def test_error_codes_and_messages_as_sqs_sends_them(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="msgs", tags={"a": "b"})["QueueUrl"]
+    for call, expected in (
+            (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[]),
+             "There should be at least one SendMessageBatchRequestEntry in the request."),
+            (lambda: sqs.delete_message_batch(QueueUrl=url, Entries=[]),
+             "There should be at least one DeleteMessageBatchRequestEntry in the request."),
+            (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a b", "MessageBody": "x"}]),
+             "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most "
+             "80 letters long."),
+            (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "b" * 1_048_577}]),
+             "Batch requests cannot be longer than 1048576 bytes. You have sent 1048577 bytes."),
+            (lambda: sqs.tag_queue(QueueUrl=url, Tags={f"k{i}": "v" for i in range(51)}),
+             "Too many tags added for queue msgs."),
+            (lambda: sqs.untag_queue(QueueUrl=url, TagKeys=[]),
+             "Tag keys must be between 1 and 128 characters in length."),
+            (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+                "öther": {"DataType": "String", "StringValue": "s"}}),
+             "The message attribute name 'öther' is invalid. Attribute name can contain A-Z, a-z, 0-9, underscore "
+             "(_), hyphen (-), and period (.) characters."),
+            (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+                "t": {"DataType": "Invalid", "StringValue": "s"}}),
+             "The message attribute 't' has an invalid message attribute type, the set of supported type prefixes "
+             "is Binary, Number, and String."),
+            (lambda: sqs.create_queue(QueueName=""),
+             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")):
+        with pytest.raises(ClientError) as exc:
+            call()
+        assert exc.value.response["Error"]["Message"] == expected
+    with pytest.raises(ClientError) as exc:
+        sqs.get_queue_attributes(QueueUrl="http://whatever-incorrect-queue-address", AttributeNames=["All"])
+    assert code(exc) == "AWS.SimpleQueueService.NonExistentQueue"
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    # An attribute name with stray spaces is that attribute; a text maxReceiveCount reads back as a number.
+    spaced = sqs.create_queue(QueueName="spaced", Attributes={"VisibilityTimeout ": "7"})["QueueUrl"]
+    assert sqs.get_queue_attributes(QueueUrl=spaced, AttributeNames=["VisibilityTimeout"])["Attributes"] == {
+        "VisibilityTimeout": "7"}
+
+
+def test_retention_deletes_old_messages_audits_and_counts_them(cli_env: dict[str, str], tmp_path: Path, dsn: str,
+                                                               schema: str) -> None:
+    import urllib.request
+
+    proc, url = start_sqs(cli_env, tmp_path / "sqs.log", "--no-auth", "--sweep-interval", "0.2s")
+    try:
+        sqs = client(url)
+        q = sqs.create_queue(QueueName="brief", Attributes={"MessageRetentionPeriod": "60"})["QueueUrl"]
+        old = sqs.send_message(QueueUrl=q, MessageBody="old")["MessageId"]
+        flying = sqs.send_message(QueueUrl=q, MessageBody="in flight")["MessageId"]
+        sqs.send_message(QueueUrl=q, MessageBody="young")
+        [got] = sqs.receive_message(QueueUrl=q, MaxNumberOfMessages=1, VisibilityTimeout=600)["Messages"]
+        assert got["MessageId"] == old
+        ids = [int(m.replace("-", ""), 16) for m in (old, flying)]
+        with connect(dsn) as conn:
+            conn.execute(f'UPDATE "{schema}".jobs SET created_at = now() - interval \'61 seconds\' WHERE id = ANY(%s)',
+                         (ids,))
+
+        def swept() -> bool:
+            with connect(dsn) as conn:
+                return conn.execute(f'SELECT count(*) AS n FROM "{schema}".job_events WHERE event = \'expired\' '
+                                    "AND reason = 'retention'").fetchone()["n"] == 2
+        wait_for(swept, 10, "the retention sweep")
+        left = sqs.receive_message(QueueUrl=q, MaxNumberOfMessages=10)["Messages"]
+        assert [m["Body"] for m in left] == ["young"]
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            assert 'tenure_sqs_messages_expired_total{queue="brief"} 2.0' in resp.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_move_tasks_are_shared_by_replicas_and_survive_their_runner(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A task started on one replica is listed and cancelled on another; a task whose replica
+    was killed is resumed by another one."""
+    a, url_a = start_sqs(cli_env, tmp_path / "a.log", "--no-auth", "--sweep-interval", "0.5s")
+    b, url_b = start_sqs(cli_env, tmp_path / "b.log", "--no-auth", "--sweep-interval", "0.5s")
+    try:
+        one, two = client(url_a), client(url_b)
+        dlq = one.create_queue(QueueName="moves-dlq")["QueueUrl"]
+        dlq_arn = one.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        src = one.create_queue(QueueName="moves-src", Attributes={"RedrivePolicy": json.dumps(
+            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})})["QueueUrl"]
+        for i in range(0, 40, 10):
+            one.send_message_batch(QueueUrl=dlq, Entries=[{"Id": f"m{j}", "MessageBody": f"m{j}"}
+                                                          for j in range(i, i + 10)])
+        task = one.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=2)["TaskHandle"]
+        [listed] = two.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)["Results"]
+        assert listed["TaskHandle"] == task and listed["Status"] == "RUNNING"
+        moved = two.cancel_message_move_task(TaskHandle=task)["ApproximateNumberOfMessagesMoved"]
+        assert one.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]["Status"] == "CANCELLED"
+        # Started on a, which is then killed: b resumes it once a's heartbeat is stale.
+        task = one.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=10)["TaskHandle"]
+        time.sleep(0.3)
+        a.kill()
+        a.wait()
+        wait_for(lambda: two.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]["Status"] == "COMPLETED", 30,
+                 "the resumed move task")
+        entry = two.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]
+        assert entry["TaskHandle"] == task and entry["ApproximateNumberOfMessagesMoved"] == 40 - moved
+        assert "resumed here" in (tmp_path / "b.log").read_text()
+        assert two.get_queue_attributes(QueueUrl=src, AttributeNames=["ApproximateNumberOfMessages"])[
+            "Attributes"]["ApproximateNumberOfMessages"] == "40"
+    finally:
+        for proc in (a, b):
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=10)

@@ -98,6 +98,16 @@ def test_the_flow_key_filters_lists_counts_bulk_actions_and_shows(repo: Reposito
     assert call(f"{ui}/api/v1/jobs/{plain}")[1]["job"]["flow_key"] is None
 
 
+def test_the_queues_count_jobs_held_back_by_a_flow_limit_as_blocked_not_ready(repo: Repository, ui: str) -> None:
+    repo.enqueue_many([JobSpec("bill", queue="tenants", flow_key="tenant:acme") for _ in range(4)]
+                      + [JobSpec("bill", queue="tenants", flow_key="tenant:b")])
+    repo.flow_per_key_set("tenants", 1, requested_by="test")
+    assert len(repo.claim("w", ["tenants"], 10, 60)) == 2  # one per key
+    status, body, _ = call(f"{ui}/api/v1/queues")
+    (tenants,) = [q for q in body["queues"] if q["name"] == "tenants"]
+    assert status == 200 and (tenants["counts"]["ready"], tenants["counts"]["blocked"]) == (0, 3)
+
+
 def test_a_large_match_is_counted_as_a_labelled_estimate(repo: Repository, ui: str) -> None:
     repo.enqueue_many([JobSpec("bulk", {"n": i}) for i in range(10_050)])
     with repo.conn.cursor() as cur:
@@ -127,6 +137,11 @@ def test_a_large_match_is_counted_as_a_labelled_estimate(repo: Repository, ui: s
     ("queues/q/limit", "POST", {"max_running": "ten"}, "max_running"),
     ("queues/q/limit", "POST", {"max_running": -1}, ">= 0"),
     ("dlq/replay", "POST", {"filter": {}, "rate": 0}, "rate"),
+    ("series?window=2h", "GET", None, "unknown window '2h' (one of 1h, 24h, 7d)"),
+    ("series?queue=nowhere", "GET", None, "no such queue 'nowhere'"),
+    ("series?queue=%0A", "GET", None, "invalid queue name"),
+    ("series?window=1h&bucket=5m", "GET", None, "unknown parameter 'bucket'"),
+    ("charts?window=1d", "GET", None, "unknown window"),
 ])
 def test_bad_input_is_one_json_message(ui: str, path: str, method: str, body: Any, message: str) -> None:
     status, answer, headers = call(f"{ui}/api/v1/{path}", method, body)
@@ -232,6 +247,31 @@ def test_read_only_renders_no_action_and_refuses_every_mutation(repo: Repository
         assert call(f"{url}/api/v1/session")[1]["read_only"] is True
         status, html, _ = call(f"{url}/jobs")
         assert status == 200 and 'data-can-write="false"' in html and "data-action" not in html
+
+
+def test_the_series_add_up_and_a_viewer_reads_them(repo: Repository, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """GET series: one point per bucket whose completed counts add up to the jobs completed in
+    [from, to); GET charts: the four SVG charts; both readable under --read-only."""
+    for queue, n in (("mail", 3), ("images", 2)):
+        for i in range(n):
+            repo.enqueue("work", {"i": i}, queue=queue)
+        claimed = repo.claim("w", [queue], n, 30)
+        repo.complete_many("w", [(j.id, j.lock_token) for j in claimed])
+    with ui_process(cli_env, tmp_path / "ui.log", "--read-only") as url:
+        for window, step, n in (("1h", 60, 60), ("24h", 900, 96), ("7d", 3600, 168)):
+            status, doc, _ = call(f"{url}/api/v1/series?window={window}")
+            assert status == 200, doc
+            assert (doc["window"], doc["bucket_seconds"], doc["buckets"], len(doc["points"])) == (window, step, n, n)
+            assert sum(p["completed"] for p in doc["points"]) == doc["totals"]["completed"] == 5
+        status, doc, _ = call(f"{url}/api/v1/series?queue=mail")
+        assert status == 200 and doc["queue"] == "mail" and doc["totals"]["completed"] == 3
+        assert set(doc["points"][-1]) == {"t", "completed", "failed_attempts", "dead_lettered", "wait_jobs", "wait_p50",
+                                          "wait_p95", "ready", "blocked", "running"}
+        status, doc, _ = call(f"{url}/api/v1/charts?queue=images&window=24h")
+        assert status == 200 and sorted(doc["charts"]) == ["depth", "failures", "throughput", "wait"]
+        assert 'data-chart="throughput"' in doc["charts"]["throughput"] and 'data-total="2"' in doc["charts"]["throughput"]
+        status, html, _ = call(f"{url}/queues/images")
+        assert status == 200 and 'data-page="queue"' in html and 'data-queue="images"' in html
 
 
 def _users_file(tmp_path: Path, lines: list[str]) -> Path:

@@ -255,6 +255,66 @@ def test_a_job_enqueued_from_the_cli_appears_without_a_reload(repo: Repository, 
         assert not w.errors and not w.failed, (w.errors, w.failed)
 
 
+CHARTS = ["throughput", "failures", "wait", "depth"]
+
+
+def test_the_charts_show_and_grow_when_a_job_completes_without_a_reload(
+        repo: Repository, cli_env: dict[str, str], tmp_path: Path, watched: Callable[..., Watched]) -> None:
+    repo.enqueue("email", {"n": 0}, queue="mail")
+    with ui_process(cli_env, tmp_path / "ui.log") as url:
+        w = watched()
+        w.page.goto(f"{url}/")
+        w.page.wait_for_selector("[data-live-state]:has-text('streaming')")
+        w.page.wait_for_selector("figure[data-chart=throughput] svg[data-chart=throughput]")
+        assert w.page.eval_on_selector_all("figure[data-chart]", "els => els.map(e => e.dataset.chart)") == CHARTS
+        assert w.page.eval_on_selector_all("svg[data-chart]", "els => els.map(e => e.dataset.chart)") == CHARTS
+        assert w.page.get_attribute("figure[data-chart=throughput]", "data-total") == "0"
+        assert w.page.locator("figure[data-chart=throughput] rect[data-bucket]").count() == 0
+        w.page.evaluate("window.__noReload = true")
+        claimed = repo.claim("w", ["mail"], 1, 30)
+        assert repo.complete_many("w", [(j.id, j.lock_token) for j in claimed]) == {claimed[0].id: True}
+        done_at = time.monotonic()
+        w.page.wait_for_selector("figure[data-chart=throughput][data-total='1']", timeout=8000)
+        print(f"the throughput chart grew {(time.monotonic() - done_at) * 1000:.0f} ms after the completion")
+        assert w.page.locator("figure[data-chart=throughput] rect[data-bucket]").count() == 1
+        assert w.page.evaluate("window.__noReload") is True, "the page was not reloaded"
+        # The queue's own page: the same four charts, of that queue; the window can change.
+        w.page.click("a[data-queue-link=mail]")
+        w.page.wait_for_selector("figure[data-chart=throughput][data-total='1']")
+        assert w.page.locator("dl[data-queue-facts=mail]").count() == 1
+        assert w.page.eval_on_selector_all("figure[data-chart]", "els => els.map(e => e.dataset.chart)") == CHARTS
+        w.page.select_option("select[data-window]", "7d")
+        w.page.wait_for_selector("[data-chart-caption]:has-text('buckets of 1 h')")
+        assert "window=7d" in w.page.url
+        assert w.page.get_attribute("figure[data-chart=throughput]", "data-total") == "1"
+        assert not w.errors and not w.failed, (w.errors, w.failed)
+
+
+def _chart_history(repo: Repository) -> None:
+    """An hour of history for the screenshots: completions, failures, waits and depth samples."""
+    import math
+    ids = [repo.enqueue("send_invoice_email", {"invoice_id": 5000 + i}, queue="emails").id for i in range(240)]
+    claimed = repo.claim("w-demo-1", ["emails"], len(ids), 30)
+    repo.complete_many("w-demo-1", [(j.id, j.lock_token) for j in claimed])
+    s = f'"{repo.schema}"'
+    with repo.conn.cursor() as cur:
+        for i, job_id in enumerate(ids):
+            ago = 3540 * (i / len(ids)) ** 0.8 + 20
+            wait = 0.05 + 0.4 * (1 + math.sin(i / 9)) + (6.0 if i % 23 == 0 else 0.0)
+            cur.execute(f"UPDATE {s}.job_history SET completed_at = now() - make_interval(secs => %(a)s), "
+                        "started_at = now() - make_interval(secs => %(a)s + 0.8), "
+                        "available_at = now() - make_interval(secs => %(a)s + 0.8 + %(w)s) WHERE id = %(id)s",
+                        {"a": ago, "w": wait, "id": job_id})
+        for k in range(18):
+            cur.execute(f"INSERT INTO {s}.job_events (job_id, queue_name, event, created_at) VALUES "
+                        "(%s, 'billing', %s, now() - make_interval(secs => %s))",
+                        (ids[k], "dead_lettered" if k % 6 == 0 else "retry_scheduled", 3400 - k * 170 - (k % 3) * 40))
+        cur.execute(f"INSERT INTO {s}.queue_depth_samples SELECT date_trunc('minute', now()) - make_interval(mins => m), q, "
+                    "round(40 + 30 * sin(m / 8.0) + (CASE WHEN q = 'emails' THEN 25 ELSE 0 END))::bigint, "
+                    "CASE WHEN m BETWEEN 20 AND 32 THEN 6 ELSE 0 END, (4 + m % 5)::bigint "
+                    "FROM generate_series(1, 59) m, unnest(ARRAY['emails', 'billing']) q")
+
+
 def test_screenshots_of_every_page(repo: Repository, cli_env: dict[str, str], tmp_path: Path,
                                    watched: Callable[..., Watched]) -> None:
     from datetime import datetime, timezone
@@ -269,13 +329,17 @@ def test_screenshots_of_every_page(repo: Repository, cli_env: dict[str, str], tm
                        slot=datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc))
     repo.worker_register("w-demo-1", host="node-a", pid=4242, queues=["emails", "billing"], concurrency=8,
                          heartbeat_seconds=5, version="0.1.0", lease_seconds=30)
+    _chart_history(repo)
     target = shots_dir(tmp_path)
+    shots = {**PAGES, "queue": "/queues/emails"}
     with ui_process(cli_env, tmp_path / "ui.log") as url:
         w = watched()
-        for name, path in PAGES.items():
+        for name, path in shots.items():
             w.page.goto(url + path)
             _loaded(w.page)
+            if name in ("overview", "queue"):
+                w.page.wait_for_selector("figure[data-chart=depth] svg")
             w.page.wait_for_timeout(500)
             w.page.screenshot(path=str(target / f"{name}.png"), full_page=True)
-        assert all((target / f"{name}.png").stat().st_size > 10_000 for name in PAGES)
+        assert all((target / f"{name}.png").stat().st_size > 10_000 for name in shots)
         assert not w.errors and not w.failed, (w.errors, w.failed)

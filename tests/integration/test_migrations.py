@@ -67,8 +67,20 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
             Repository(conn, f"x_{uuid.uuid4().hex[:8]}").check_schema()
 
 
+def _undo_0013(conn: object, schema: str) -> None:
+    """Back to version 12: the move tasks of `tenure sqs` in its processes only."""
+    conn.execute(f'DROP TABLE "{schema}".sqs_move_tasks')  # type: ignore[attr-defined]
+
+
+def _undo_0012(conn: object, schema: str) -> None:
+    """Back to version 11: no queue depth samples (0013 undone first)."""
+    _undo_0013(conn, schema)
+    conn.execute(f'DROP TABLE "{schema}".queue_depth_samples')  # type: ignore[attr-defined]
+
+
 def _undo_0011(conn: object, schema: str) -> None:
-    """Back to version 10: no flow keys, per-key limits or their record."""
+    """Back to version 10: no flow keys, per-key limits or their record (0013 and 0012 undone first)."""
+    _undo_0012(conn, schema)
     for stmt in ("DROP TABLE {s}.flow_keys", "DROP TABLE {s}.flow_changes",
                  "ALTER TABLE {s}.queues DROP COLUMN per_key_running",
                  "DROP VIEW {s}.all_jobs", "ALTER TABLE {s}.job_history DROP COLUMN flow_key",
@@ -124,11 +136,25 @@ def test_version_10_with_jobs_gains_flow_keys(dsn: str, schema: str) -> None:
         conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version > 10')
         conn.execute(f"INSERT INTO \"{schema}\".jobs (task) VALUES ('old')")
         repo = Repository(conn, schema)
-        assert repo.migrate() == [11]
+        assert repo.migrate() == list(range(11, len(migrations()) + 1))
         repo.enqueue_many([JobSpec("new", flow_key="k"), JobSpec("new", flow_key="k")])
         repo.flow_per_key_set("default", 1, requested_by="test")
         assert sorted((j.task, j.flow_key) for j in repo.claim("w", ["default"], 10, 30)) == [
             ("new", "k"), ("old", None)]
+
+
+def test_version_11_with_jobs_gains_depth_samples(dsn: str, schema: str) -> None:
+    """0012 on a populated version-11 schema: a reaper's depth sample then records the queue."""
+    from tenure.reaper.depth import DepthSampler
+    with connect(dsn) as conn:
+        _undo_0012(conn, schema)
+        conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version > 11')
+        conn.execute(f"INSERT INTO \"{schema}\".jobs (task, queue_name) VALUES ('old', 'mail')")
+        repo = Repository(conn, schema)
+        assert repo.migrate() == list(range(12, len(migrations()) + 1))
+        assert DepthSampler().run_once(repo) == 1
+        row = conn.execute(f'SELECT queue_name, ready FROM "{schema}".queue_depth_samples').fetchone()
+        assert row is not None and (row["queue_name"], row["ready"]) == ("mail", 1)
 
 
 def test_version_3_with_jobs_gains_job_control(dsn: str, schema: str) -> None:

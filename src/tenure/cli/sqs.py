@@ -14,7 +14,14 @@ from typing import Any
 from tenure.cli.common import command, duration, serve_asgi
 from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT
 from tenure.sqs.auth import load_credentials
-from tenure.sqs.service import ACCOUNT_DEFAULT, BIND_DEFAULT, REGION_DEFAULT, SqsConfig, SqsService
+from tenure.sqs.service import (
+    ACCOUNT_DEFAULT,
+    BIND_DEFAULT,
+    REGION_DEFAULT,
+    SWEEP_INTERVAL_DEFAULT,
+    SqsConfig,
+    SqsService,
+)
 
 ORDER = 55
 log = logging.getLogger("tenure.sqs")
@@ -32,6 +39,9 @@ def register(sub: Any) -> None:
     p.add_argument("--shutdown-delay", type=duration, default=SHUTDOWN_DELAY_DEFAULT, metavar="DURATION",
                    help="on SIGTERM, fail /healthz and serve on this long, then drain (0: at once); behind a "
                         "load balancer, longer than it takes to drop the endpoint, e.g. 5s (default 0)")
+    p.add_argument("--sweep-interval", type=duration, default=SWEEP_INTERVAL_DEFAULT, metavar="DURATION",
+                   help="how often this replica deletes messages past their queue's MessageRetentionPeriod and "
+                        f"resumes message move tasks whose runner stopped (default {SWEEP_INTERVAL_DEFAULT:g}s)")
     p.set_defaults(func=cmd_sqs)
 
 
@@ -40,7 +50,8 @@ def cmd_sqs(args: argparse.Namespace) -> int:
 
     credentials = load_credentials(args.credentials) if args.credentials else None
     config = SqsConfig(dsn=args.dsn, schema=args.schema, bind=args.bind, account_id=args.account_id,
-                       region=args.region, credentials=credentials, shutdown_delay=args.shutdown_delay)
+                       region=args.region, credentials=credentials, shutdown_delay=args.shutdown_delay,
+                       sweep_interval=args.sweep_interval)
     config.validate()
     if credentials is None:
         log.warning("tenure sqs: --no-auth: every request is accepted unsigned; bind to a trusted network only")

@@ -17,9 +17,11 @@ from tenure.observability.panels import RATE, PanelSpec, Query, Section
 SQS_REQUESTS = "tenure_sqs_requests_total"
 SQS_SECONDS = "tenure_sqs_request_duration_seconds"
 SQS_LONG_POLLS = "tenure_sqs_long_polls_waiting"
-SQS_METRICS = (SQS_REQUESTS, SQS_SECONDS, SQS_LONG_POLLS)
-"""The metrics of `tenure sqs`: the only ones a panel may show without the queue filter (no
-queue label), besides the schema-wide reaper cycle gauges."""
+SQS_EXPIRED = "tenure_sqs_messages_expired_total"
+SQS_METRICS = (SQS_REQUESTS, SQS_SECONDS, SQS_LONG_POLLS, SQS_EXPIRED)
+"""The metrics of `tenure sqs`: the only ones a panel may show without the queue filter, besides
+the schema-wide reaper cycle gauges. All but the expired messages' counter carry no queue label;
+that one is charted by queue, all queues (like the rest of the row, it ignores ``$queue``)."""
 SQS_ROW_TITLE = "SQS API"
 NOT_OK = 'outcome!="ok"'
 INTERNAL = 'outcome="InternalFailure"'
@@ -87,5 +89,13 @@ def sqs_api_section() -> Section:
             "ReceiveMessage calls waiting for a message now (WaitTimeSeconds > 0), over all"
             " replicas: idle consumers. Each holds no database connection while it waits.",
             [Query(f"sum({SQS_LONG_POLLS})", "waiting")],
+        ),
+        PanelSpec(
+            "SQS messages expired (/s)",
+            "Messages deleted because they outlived their queue's MessageRetentionPeriod, by"
+            " queue, summed over replicas (each replica's sweep deletes some). Anything above 0:"
+            " consumers fall behind the retention, or nobody reads the queue.",
+            [Query(f"sum by (queue) (rate({SQS_EXPIRED}[{RATE}]))", "{{queue}}")],
+            unit="reqps",
         ),
     ])

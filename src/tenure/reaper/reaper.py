@@ -31,13 +31,15 @@ from tenure.core.db import connect
 from tenure.core.errors import ConfigError
 from tenure.core.repository import ReapCandidate, ReapDecision, Reaped, ReapingStore, Repository
 from tenure.core.service import ServiceConnection, run_service
+from tenure.reaper.depth import DepthSampler, SamplerStore
 from tenure.reaper.history import HistoryKeeper, KeeperStore
 
 log = logging.getLogger("tenure.reaper")
 
 
-class CycleStore(ReapingStore, KeeperStore, Protocol):
-    """What one reaper cycle uses: the reaping area, then the history upkeep's (:class:`KeeperStore`)."""
+class CycleStore(ReapingStore, KeeperStore, SamplerStore, Protocol):
+    """What one reaper cycle uses: the reaping area, then the history upkeep's (:class:`KeeperStore`)
+    and the queue depth sample's (:class:`SamplerStore`)."""
 
 GRACE_DEFAULT = 10.0
 BATCH_DEFAULT = 500
@@ -117,6 +119,8 @@ class Reaper:
         self.last_cycle_seconds = 0.0
         self.history = HistoryKeeper()
         """Partitions of job_history and the move of pre-0009 completed rows (reaper/history.py)."""
+        self.depth = DepthSampler()
+        """Each queue's depth once a minute, for the job browser's chart (reaper/depth.py)."""
 
     def decide(self, cand: ReapCandidate) -> ReapDecision | None:
         """Requeue (at once for a first expiry, else with backoff), dead-letter, or (None) leave
@@ -163,6 +167,7 @@ class Reaper:
         repo.record_reaper_cycle(self.reaper_id, seconds=time.monotonic() - started,
                                  reaped=len(reaped))
         self.history.run_once(repo)
+        self.depth.run_once(repo)
         for job in reaped:  # a short span in each traced job's trace (a no-op without traces)
             if job.trace_context:
                 tracing.record_outside(

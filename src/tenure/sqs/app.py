@@ -53,8 +53,10 @@ ACTIONS: dict[str, Action] = {
     "ChangeMessageVisibilityBatch": messages.change_message_visibility_batch,
     "StartMessageMoveTask": moves.start_message_move_task, "ListMessageMoveTasks": moves.list_message_move_tasks,
     "CancelMessageMoveTask": moves.cancel_message_move_task,
+    "AddPermission": queues.add_permission, "RemovePermission": queues.remove_permission,
 }
-UNSUPPORTED = frozenset({"AddPermission", "RemovePermission"})
+UNSUPPORTED: frozenset[str] = frozenset()
+"""Actions of the SQS API answered UnsupportedOperation (none today)."""
 
 
 async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -231,6 +233,21 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+async def sweeper(service: SqsService) -> None:
+    """This replica's periodic sweep, every ``sweep_interval`` seconds until the drain: delete
+    the messages past their retention, then resume move tasks whose runner stopped. A failure
+    is logged and the next sweep tries again."""
+    while not service.shutdown.draining:
+        try:
+            expired = await service.run(service.sweep_retention)
+            if expired:
+                log.info("sqs retention: deleted %s", ", ".join(f"{n} from {q}" for q, n in sorted(expired.items())))
+            await service.run(moves.adopt, service)
+        except Exception:
+            log.exception("sqs sweep failed")
+        await asyncio.sleep(service.config.sweep_interval)
+
+
 def build_app(service: SqsService) -> ASGIApp:
     """The app; its lifespan opens the service (pool, key, LISTEN) and closes it."""
     @asynccontextmanager
@@ -238,9 +255,13 @@ def build_app(service: SqsService) -> ASGIApp:
         if not service.key:
             await service.run(service.open)
         service.wakeups.start(asyncio.get_running_loop())
+        sweeping = asyncio.create_task(sweeper(service))
         try:
             yield
         finally:
+            for task in (sweeping, *service.move_runners):
+                task.cancel()
+            await asyncio.gather(sweeping, *service.move_runners, return_exceptions=True)
             await service.run(service.close)
 
     rest = Starlette(routes=[Route("/healthz", health, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])],

@@ -76,18 +76,13 @@ def _outgoing(call: Call, queue: Row, entry: Mapping[str, Any], entry_id: str | 
         payload["sender"] = call.credential.access_key_id
     delay_given = entry.get("DelaySeconds")
     if queue["fifo"]:
-        if delay_given is not None:
-            raise invalid("Value for parameter DelaySeconds is invalid. Reason: The request include parameter "
-                          "that is not valid for this queue type.")
-        group = entry.get("MessageGroupId")
-        if group is None:
-            raise missing("MessageGroupId")
-        payload["group"] = p.dedup_id(group, "MessageGroupId")
+        fifo_required(queue, entry)
+        if delay_given is not None and p.integer(delay_given, "DelaySeconds", 0, 900) > 0:
+            raise invalid(f"Value {delay_given} for parameter DelaySeconds is invalid. Reason: The request include "
+                          "parameter that is not valid for this queue type.")
+        payload["group"] = p.dedup_id(entry["MessageGroupId"], "MessageGroupId")
         dedup = entry.get("MessageDeduplicationId")
         if dedup is None:
-            if attrs.get("ContentBasedDeduplication") != "true":
-                raise invalid("The queue should either have ContentBasedDeduplication enabled or "
-                              "MessageDeduplicationId provided explicitly")
             dedup = hashlib.sha256(body.encode()).hexdigest()
         payload["dedup"] = p.dedup_id(dedup)
         delay = int(attrs["DelaySeconds"])
@@ -103,6 +98,18 @@ def _outgoing(call: Call, queue: Row, entry: Mapping[str, Any], entry_id: str | 
                  else int(attrs["DelaySeconds"]))
         return Outgoing(entry_id, payload, delay, reply, size, flow_key)
     return Outgoing(entry_id, payload, delay, reply, size)
+
+
+def fifo_required(queue: Row, entry: Mapping[str, Any]) -> None:
+    """What a send to a FIFO queue must carry, as SQS checks it: a MessageGroupId (MissingParameter)
+    and, unless the queue has ContentBasedDeduplication, a MessageDeduplicationId. In a batch SQS
+    refuses the whole request for these (not one entry), as it does a single send."""
+    if entry.get("MessageGroupId") is None:
+        raise missing("MessageGroupId")
+    if (entry.get("MessageDeduplicationId") is None
+            and effective_attributes(queue).get("ContentBasedDeduplication") != "true"):
+        raise invalid("The queue should either have ContentBasedDeduplication enabled or "
+                      "MessageDeduplicationId provided explicitly")
 
 
 TRACEPARENT_ATTRIBUTE = "traceparent"
@@ -194,6 +201,14 @@ def send_message_batch(call: Call, params: dict[str, Any]) -> Reply:
     entries = p.entry_ids(params.get("Entries"), "SendMessageBatchRequestEntry")
     with call.service.repo() as repo:
         queue = call.queue(repo, params, cached=True)
+        # The whole batch's size first, as SQS checks it (before any entry's own checks).
+        sent = sum(len(e["MessageBody"].encode()) for e in entries if isinstance(e.get("MessageBody"), str))
+        if sent > p.MESSAGE_SIZE_MAX:
+            raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {p.MESSAGE_SIZE_MAX} "
+                           f"bytes. You have sent {sent} bytes.")
+        if queue["fifo"]:
+            for entry in entries:
+                fifo_required(queue, entry)
         good: list[Outgoing] = []
         failed: list[Reply] = []
         total = 0

@@ -22,6 +22,8 @@ class SqsMetrics:
         self.long_polls = Gauge("tenure_sqs_long_polls_waiting", "ReceiveMessage long polls waiting for a "
                                 "message now.", registry=registry)
         self.long_polls.set_function(lambda: float(waiting()))
+        self.expired = Counter("tenure_sqs_messages_expired_total", "SQS messages deleted by this replica because "
+                               "they outlived their queue's MessageRetentionPeriod.", ["queue"], registry=registry)
 
     def observe(self, action: str, outcome: str, seconds: float) -> None:
         label = action if action in self.actions else "unknown"

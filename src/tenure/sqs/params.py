@@ -49,8 +49,10 @@ _DEDUP = re.compile(r"^[!-~]{1,128}$")
 
 
 def queue_name(name: Any) -> str:
-    if not isinstance(name, str) or not name:
+    if name is None:
         raise missing("QueueName")
+    if not isinstance(name, str) or not name:  # an empty name is an invalid one, as SQS answers
+        raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
     base = name[:-5] if name.endswith(".fifo") else name
     if len(name) > 80 or not _QUEUE_NAME.match(base):
         raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
@@ -82,6 +84,19 @@ def _redrive(value: str) -> dict[str, Any]:
     return policy
 
 
+def _normal_redrive(text: str, policy: dict[str, Any]) -> str:
+    """A RedrivePolicy as SQS returns it: maxReceiveCount a number even when sent as text (the
+    text as sent otherwise)."""
+    if not isinstance(policy["maxReceiveCount"], str):
+        return text
+    return json.dumps({**policy, "maxReceiveCount": int(policy["maxReceiveCount"])})
+
+
+def redrive_error(value: str, reason: str) -> SqsError:
+    """SQS's refusal of a RedrivePolicy it parsed, with the value as sent and the reason."""
+    return invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}")
+
+
 def queue_attributes(attrs: Any, *, fifo: bool, creating: bool) -> dict[str, str]:
     """Cleaned, settable queue attributes (names as SQS spells them, values as text)."""
     if attrs is None:
@@ -89,7 +104,8 @@ def queue_attributes(attrs: Any, *, fifo: bool, creating: bool) -> dict[str, str
     if not isinstance(attrs, Mapping):
         raise invalid("Attributes must be a map of attribute names to values.")
     out: dict[str, str] = {}
-    for name, raw in attrs.items():
+    for given, raw in attrs.items():
+        name = given.strip() if isinstance(given, str) else given  # "VisibilityTimeout " is that attribute
         value = str(raw).lower() if isinstance(raw, bool) else str(raw)
         if name not in SETTABLE:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
@@ -108,7 +124,7 @@ def queue_attributes(attrs: Any, *, fifo: bool, creating: bool) -> dict[str, str
             if not fifo:
                 raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
         elif name == "RedrivePolicy" and value:
-            _redrive(value)
+            value = _normal_redrive(value, _redrive(value))
         elif name == "strict" and value.lower() not in ("true", "false"):
             raise SqsError("InvalidAttributeValue", "Invalid value for the parameter strict: true or false.")
         if name in ("ContentBasedDeduplication", "strict", "SqsManagedSseEnabled"):
@@ -131,7 +147,7 @@ def redrive_target(attributes: Mapping[str, str]) -> tuple[str, int] | None:
 def entry_ids(entries: Any, name: str) -> list[Mapping[str, Any]]:
     """A batch's entries: 1 to 10, each with a distinct valid Id."""
     if not isinstance(entries, list) or not entries:
-        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {name} in the request.")
     if len(entries) > BATCH_MAX:
         raise SqsError("TooManyEntriesInBatchRequest", f"Maximum number of entries per request are {BATCH_MAX}. "
                        f"You have sent {len(entries)}.")
@@ -140,7 +156,7 @@ def entry_ids(entries: Any, name: str) -> list[Mapping[str, Any]]:
         ident = entry.get("Id") if isinstance(entry, Mapping) else None
         if not isinstance(ident, str) or not _ENTRY_ID.match(ident):
             raise SqsError("InvalidBatchEntryId", f"A batch entry id can only contain alphanumeric characters, "
-                           f"hyphens and underscores. It can be at most 80 letters long ({name}).")
+                           "hyphens and underscores. It can be at most 80 letters long.")
         if ident in seen:
             raise SqsError("BatchEntryIdsNotDistinct", f"Id {ident} repeated.")
         seen.add(ident)
@@ -173,12 +189,14 @@ def message_attributes(attrs: Any, *, system: bool = False) -> tuple[dict[str, d
             raise invalid(f"Message system attribute name '{name}' is invalid.")
         if (not isinstance(name, str) or not _ATTR_NAME.match(name) or ".." in name or name.startswith(".")
                 or name.endswith(".") or (not system and name.lower().startswith(("aws.", "amazon.")))):
-            raise invalid(f"Message attribute name '{name}' is invalid.")
+            raise invalid(f"The message attribute name '{name}' is invalid. Attribute name can contain A-Z, a-z, "
+                          "0-9, underscore (_), hyphen (-), and period (.) characters.")
         if not isinstance(attr, Mapping):
             raise invalid(f"The message attribute '{name}' must be a structure.")
         kind = attr.get("DataType")
         if not isinstance(kind, str) or not _DATA_TYPE.match(kind):
-            raise invalid(f"The message attribute '{name}' has an invalid message attribute type.")
+            raise invalid(f"The message attribute '{name}' has an invalid message attribute type, the set of "
+                          "supported type prefixes is Binary, Number, and String.")
         if kind.startswith("Binary"):
             value = attr.get("BinaryValue")
             if isinstance(value, (bytes, bytearray)):

@@ -15,7 +15,8 @@ from tenure.sqs.errors import SqsError
 
 XMLNS = "http://queue.amazonaws.com/doc/2012-11-05/"
 _LISTS = {"AttributeName": "AttributeNames", "MessageAttributeName": "MessageAttributeNames",
-          "MessageSystemAttributeName": "MessageSystemAttributeNames", "TagKey": "TagKeys"}
+          "MessageSystemAttributeName": "MessageSystemAttributeNames", "TagKey": "TagKeys",
+          "AWSAccountId": "AWSAccountIds", "ActionName": "Actions"}
 
 
 def form_of(body: bytes, query: bytes) -> dict[str, str]:

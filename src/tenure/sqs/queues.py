@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,13 +22,13 @@ _TAG_KEY = re.compile(r"^[\w.:/=+\-@ ]{1,128}$")
 TAGS_MAX = 50
 
 
-def _tags(tags: Any) -> dict[str, str]:
+def _tags(tags: Any, queue: str = "") -> dict[str, str]:
     if tags is None:
         return {}
     if not isinstance(tags, Mapping):
         raise invalid("Tags must be a map of keys to values.")
     if len(tags) > TAGS_MAX:
-        raise invalid(f"Too many tags: at most {TAGS_MAX}.")
+        raise invalid(f"Too many tags added for queue {queue}.")
     for key, value in tags.items():
         if not isinstance(key, str) or not _TAG_KEY.match(key) or not isinstance(value, str) or len(value) > 256:
             raise invalid(f"Tag {key!r} is invalid: keys 1-128 characters, values at most 256.")
@@ -58,9 +59,9 @@ def create_queue(call: Call, params: dict[str, Any]) -> Reply:
     attrs.pop("FifoQueue", None)
     for empty in [k for k in p.REMOVABLE if attrs.get(k) == ""]:
         del attrs[empty]  # an empty Policy or RedrivePolicy: none
-    tags = _tags(params.get("tags"))
+    tags = _tags(params.get("tags"), name)
     with call.service.repo() as repo:
-        _check_redrive(call, repo, attrs)
+        _check_redrive(call, repo, attrs, fifo=fifo)
         row = repo.sqs_queue_create(name, fifo, attrs, tags)
     call.forget_queue(name)
     if not row["created"]:
@@ -71,11 +72,17 @@ def create_queue(call: Call, params: dict[str, Any]) -> Reply:
     return {"QueueUrl": call.queue_url(name)}
 
 
-def _check_redrive(call: Call, repo: SqsStore, attrs: Mapping[str, str]) -> None:
+def _check_redrive(call: Call, repo: SqsStore, attrs: Mapping[str, str], *, fifo: bool) -> None:
+    """The dead-letter queue of a RedrivePolicy exists and is of the source's type (FIFO or
+    standard), as SQS checks both."""
     target = p.redrive_target(attrs)
-    if target is not None and repo.sqs_queue_get(target[0]) is None:
-        raise SqsError("InvalidParameterValue", "Value for parameter RedrivePolicy is invalid. Reason: "
-                       "Dead letter target does not exist.")
+    if target is None:
+        return
+    dlq = repo.sqs_queue_get(target[0])
+    if dlq is None:
+        raise p.redrive_error(attrs["RedrivePolicy"], "Dead letter target does not exist.")
+    if bool(dlq["fifo"]) != fifo:
+        raise p.redrive_error(attrs["RedrivePolicy"], "Dead-letter queue must be same type of queue as the source.")
 
 
 def get_queue_url(call: Call, params: dict[str, Any]) -> Reply:
@@ -173,7 +180,7 @@ def set_queue_attributes(call: Call, params: dict[str, Any]) -> Reply:
         if given is None:
             raise SqsError("MissingParameter", "The request must contain the parameter Attributes.")
         attrs = p.queue_attributes(given, fifo=row["fifo"], creating=False)
-        _check_redrive(call, repo, attrs)
+        _check_redrive(call, repo, attrs, fifo=bool(row["fifo"]))
         removed = [n for n in p.REMOVABLE if attrs.get(n) == ""]
         repo.sqs_queue_set_attributes(row["name"], {k: v for k, v in attrs.items() if k not in removed}, removed)
     call.forget_queue(row["name"])
@@ -181,21 +188,23 @@ def set_queue_attributes(call: Call, params: dict[str, Any]) -> Reply:
 
 
 def tag_queue(call: Call, params: dict[str, Any]) -> Reply:
-    tags = _tags(params.get("Tags"))
+    tags = _tags(params.get("Tags"), call.queue_name_of(params))
     if not tags:
         raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
     with call.service.repo() as repo:
         row = call.queue(repo, params)
         if len({**row["tags"], **tags}) > TAGS_MAX:
-            raise invalid(f"Too many tags: a queue has at most {TAGS_MAX}.")
+            raise invalid(f"Too many tags added for queue {row['name']}.")
         repo.sqs_queue_tag(row["name"], tags)
     return {}
 
 
 def untag_queue(call: Call, params: dict[str, Any]) -> Reply:
     keys = params.get("TagKeys")
-    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+    if keys is None:
         raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and 1 <= len(k) <= 128 for k in keys):
+        raise invalid("Tag keys must be between 1 and 128 characters in length.")
     with call.service.repo() as repo:
         row = call.queue(repo, params)
         repo.sqs_queue_untag(row["name"], keys)
@@ -219,3 +228,102 @@ def list_dead_letter_source_queues(call: Call, params: dict[str, Any]) -> Reply:
     if limit is not None and len(names) > limit:
         reply["NextToken"] = _encode_token(shown[-1])
     return reply
+
+
+PERMISSION_ACTIONS = frozenset(("*", "ChangeMessageVisibility", "DeleteMessage", "GetQueueAttributes", "GetQueueUrl",
+                                "ListDeadLetterSourceQueues", "PurgeQueue", "ReceiveMessage", "SendMessage"))
+"""The actions AddPermission grants (SQS's: the others only the queue's owner may call)."""
+PERMISSION_ACTIONS_MAX = 7
+_LABEL = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+_ACCOUNT = re.compile(r"^\d{12}$")
+
+
+def _label(params: dict[str, Any]) -> str:
+    label = params.get("Label")
+    if label is None or label == "":
+        raise SqsError("MissingParameter", "The request must contain the parameter Label.")
+    if not isinstance(label, str) or not _LABEL.match(label):
+        raise invalid(f"Value {label} for parameter Label is invalid. Reason: Can only include alphanumeric "
+                      "characters, hyphens, or underscores. 1 to 80 in length.")
+    return label
+
+
+def _policy(call: Call, row: Row) -> dict[str, Any]:
+    """The queue's Policy as a document (an empty one with SQS's default Id when it has none)."""
+    text = row["attributes"].get("Policy") or ""
+    if not text:
+        return {"Version": "2012-10-17", "Id": f"{call.queue_arn(row['name'])}/SQSDefaultPolicy", "Statement": []}
+    try:
+        policy = json.loads(text)
+    except ValueError:
+        policy = None
+    if not isinstance(policy, dict):
+        raise invalid("The queue's Policy is not a JSON policy document.")
+    statements = policy.get("Statement", [])
+    policy["Statement"] = statements if isinstance(statements, list) else [statements]
+    return policy
+
+
+def _write_policy(repo: SqsStore, name: str, policy: dict[str, Any]) -> None:
+    if policy["Statement"]:
+        repo.sqs_queue_set_attributes(name, {"Policy": json.dumps(policy, separators=(",", ":"))})
+    else:  # no statement left: no Policy, as SQS shows it
+        repo.sqs_queue_set_attributes(name, {}, ["Policy"])
+
+
+def add_permission(call: Call, params: dict[str, Any]) -> Reply:
+    """A statement in the queue's Policy (Sid the label; SQS's shape), not enforced: tenure
+    authorises by its credentials file (docs/sqs.md)."""
+    label = _label(params)
+    actions = params.get("Actions") or []
+    if not isinstance(actions, list) or not actions:
+        raise SqsError("MissingParameter", "The request must contain the parameter Actions.")
+    accounts = params.get("AWSAccountIds") or []
+    if not isinstance(accounts, list) or not accounts:
+        raise invalid("Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.")
+    if len(actions) > PERMISSION_ACTIONS_MAX:
+        raise SqsError("OverLimit", f"{len(actions)} Actions were found, maximum allowed is {PERMISSION_ACTIONS_MAX}.")
+    for action in actions:
+        if action not in PERMISSION_ACTIONS:
+            raise invalid(f"Value SQS:{action} for parameter ActionName is invalid. Reason: Only the queue owner is "
+                          "allowed to invoke this action.")
+    for account in accounts:
+        if not isinstance(account, str) or not _ACCOUNT.match(account):
+            raise invalid(f"Value [{account}] for parameter PrincipalId is invalid. Reason: Unable to verify.")
+    name = call.queue_name_of(params)
+    call.check_access(name)
+    with call.service.repo() as repo, repo.conn.transaction():
+        row = repo.sqs_queue_lock(name)
+        if row is None:
+            raise no_queue()
+        policy = _policy(call, row)
+        if any(isinstance(s, dict) and s.get("Sid") == label for s in policy["Statement"]):
+            raise invalid(f"Value {label} for parameter Label is invalid. Reason: Already exists.")
+        principals = [f"arn:aws:iam::{a}:root" for a in accounts]
+        granted = [f"SQS:{a}" for a in actions]
+        policy["Statement"].append({"Sid": label, "Effect": "Allow",
+                                    "Principal": {"AWS": principals[0] if len(principals) == 1 else principals},
+                                    "Action": granted[0] if len(granted) == 1 else granted,
+                                    "Resource": call.queue_arn(name)})
+        _write_policy(repo, name, policy)
+    call.forget_queue(name)
+    return {}
+
+
+def remove_permission(call: Call, params: dict[str, Any]) -> Reply:
+    """Remove the statement of that label from the queue's Policy (an error if none has it)."""
+    label = _label(params)
+    name = call.queue_name_of(params)
+    call.check_access(name)
+    with call.service.repo() as repo, repo.conn.transaction():
+        row = repo.sqs_queue_lock(name)
+        if row is None:
+            raise no_queue()
+        policy = _policy(call, row)
+        kept = [s for s in policy["Statement"] if not (isinstance(s, dict) and s.get("Sid") == label)]
+        if len(kept) == len(policy["Statement"]):
+            raise invalid(f"Value {label} for parameter Label is invalid. Reason: can't find label on existing "
+                          "policy.")
+        _write_policy(repo, name, {**policy, "Statement": kept})
+    call.forget_queue(name)
+    return {}

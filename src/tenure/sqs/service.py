@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -50,11 +52,20 @@ ACTION_NAMES = (
     "CreateQueue", "GetQueueUrl", "ListQueues", "DeleteQueue", "PurgeQueue", "GetQueueAttributes",
     "SetQueueAttributes", "TagQueue", "UntagQueue", "ListQueueTags", "ListDeadLetterSourceQueues", "SendMessage",
     "SendMessageBatch", "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility",
-    "ChangeMessageVisibilityBatch", "StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask")
+    "ChangeMessageVisibilityBatch", "StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask",
+    "AddPermission", "RemovePermission")
 """Every action of the API (the ``action`` label's values, with ``unknown``)."""
 QUEUE_CACHE_SECONDS = 1.0
 """How long a queue's row (attributes) is reused by the message actions of one process; its own
 changes invalidate it at once, another replica's show within this bound."""
+SWEEP_INTERVAL_DEFAULT = 10.0
+"""Seconds between two sweeps of one replica: messages past their retention, move tasks whose
+runner stopped."""
+RETENTION_DEFAULT = 345_600
+"""SQS's default MessageRetentionPeriod: 4 days."""
+RETENTION_BATCH = 1000
+"""Messages one retention statement deletes at most; a sweep runs up to RETENTION_BATCHES of them."""
+RETENTION_BATCHES = 10
 LONG_POLL_RECHECK_DEFAULT = 1.0
 """Seconds between re-checks of a long poll without a notification (delays and visibility
 timeouts end without one)."""
@@ -71,6 +82,8 @@ class SqsConfig:
     """None: --no-auth (every request accepted, unsigned or not)."""
     pool_size: int = POOL_SIZE_DEFAULT
     long_poll_recheck: float = LONG_POLL_RECHECK_DEFAULT
+    sweep_interval: float = SWEEP_INTERVAL_DEFAULT
+    """Seconds between this replica's sweeps (retention, move tasks to resume); see docs/sqs.md."""
     shutdown_delay: float = SHUTDOWN_DELAY_DEFAULT
     """Seconds from SIGTERM to the drain, /healthz failing meanwhile (:mod:`tenure.core.shutdown`)."""
 
@@ -85,6 +98,8 @@ class SqsConfig:
             raise ConfigError(f"invalid --region {self.region!r}")
         if self.pool_size < 1:
             raise ConfigError("the pool size must be >= 1")
+        if not 0.05 <= self.sweep_interval <= 3600:
+            raise ConfigError(f"--sweep-interval must be 0.05 to 3600 seconds, got {self.sweep_interval:g}")
         if not 0 <= self.shutdown_delay <= SHUTDOWN_DELAY_MAX:
             raise ConfigError(f"--shutdown-delay must be 0 to {SHUTDOWN_DELAY_MAX:g} seconds, "
                               f"got {self.shutdown_delay:g}")
@@ -195,8 +210,10 @@ class SqsService(PooledService[SqsServiceStore]):
         self.shutdown.on_drain(self.wakeups.drain)
         self.queue_cache: dict[str, tuple[float, Row]] = {}
         """Queue rows by name with their expiry (monotonic): :data:`QUEUE_CACHE_SECONDS`."""
-        self.move_tasks: dict[str, Any] = {}
-        """Message move tasks by handle (:mod:`tenure.sqs.moves`), this process's only."""
+        self.replica_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        """This process among the replicas: the runner of the move tasks it runs (:mod:`tenure.sqs.moves`)."""
+        self.move_runners: set[asyncio.Task[None]] = set()
+        """The move tasks running here (references kept until they end)."""
         self.metrics = SqsMetrics(CollectorRegistry(), ACTION_NAMES, self.wakeups.waiters)
         self.executor = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix="tenure-sqs-db")
         """The threads that run the database work of requests, as many as the pool has
@@ -214,6 +231,21 @@ class SqsService(PooledService[SqsServiceStore]):
     def on_open(self, repo: SqsStore) -> None:
         """Load (or create) the shared HMAC key."""
         self.key = repo.sqs_secret(secrets.token_bytes(32))
+
+    def sweep_retention(self) -> dict[str, int]:
+        """Delete the messages past their queue's MessageRetentionPeriod (a few bounded batches,
+        by the database clock; replicas sweeping at once skip each other's rows), audited and
+        counted in ``tenure_sqs_messages_expired_total``; how many per queue."""
+        expired: dict[str, int] = {}
+        with self.repo() as repo:
+            for _ in range(RETENTION_BATCHES):
+                batch = repo.sqs_retention_expire(WORKER_ID, RETENTION_BATCH, RETENTION_DEFAULT)
+                for queue, count in batch.items():
+                    expired[queue] = expired.get(queue, 0) + count
+                    self.metrics.expired.labels(queue).inc(count)
+                if sum(batch.values()) < RETENTION_BATCH:
+                    break
+        return expired
 
     def close(self) -> None:
         super().close()
@@ -256,8 +288,8 @@ class Call:
             raise missing("QueueUrl")
         path = urlparse(url).path if "://" in url else url
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        if not name:
-            raise SqsError("InvalidAddress", "The address QueueUrl is not valid for this endpoint.", status=404)
+        if not name:  # a URL without a queue's path names no queue, as SQS answers it
+            raise no_queue()
         return name
 
     def queue(self, repo: SqsStore, params: dict[str, Any], *, cached: bool = False) -> Row:

@@ -23,6 +23,8 @@ from tenure.core.errors import ConfigError
 from tenure.core.redaction import Redaction
 from tenure.core.repository import JobFilter
 from tenure.job_document import job_document
+from tenure.ui import charts as chart_svg
+from tenure.ui import series as chart_series
 from tenure.ui.auth import Identity
 from tenure.ui.config import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, REPLAY_RATE_DEFAULT, REPLAY_RATE_MAX
 from tenure.ui.filters import FilterError, parse_cursor, parse_filter, parse_limit
@@ -73,7 +75,8 @@ def queues(call: Call) -> dict[str, Any]:
         out.append({
             "name": name, "paused": bool(s.paused if s else c.get("paused", False)),
             "max_running": s.max_running if s else c.get("max_running"),
-            "counts": {"ready": s.ready if s else 0, "scheduled": s.scheduled if s else 0,
+            "counts": {"ready": s.ready if s else 0, "blocked": s.blocked if s else 0,
+                       "scheduled": s.scheduled if s else 0,
                        "running": s.running if s else 0, "completed": s.completed if s else 0,
                        "failed": s.failed if s else 0, "cancelled": s.cancelled if s else 0},
             "running_expired": s.running_expired if s else 0,
@@ -83,6 +86,30 @@ def queues(call: Call) -> dict[str, Any]:
                           "failure_rate": round(failed / (completed + failed), 4) if completed + failed else 0.0},
         })
     return {"queues": out}
+
+
+def series(call: Call) -> dict[str, Any]:
+    """``?queue=Q&window=1h|24h|7d`` (queue optional: every queue): one point per bucket
+    (1 minute, 15 minutes, 1 hour) of jobs completed, failed attempts, dead letters, wait
+    p50/p95 and depth (:mod:`tenure.ui.series`)."""
+    unknown = sorted(set(call.query) - {"queue", "window"})
+    if unknown:
+        raise ApiError(400, f"unknown parameter {unknown[0]!r} (known: queue, window)")
+    try:
+        window = chart_series.parse_window(call.query.get("window"))
+        queue = chart_series.parse_queue(call.query.get("queue"))
+        with call.service.repo() as repo:
+            return chart_series.read(repo, window, queue)
+    except chart_series.SeriesError as exc:
+        raise ApiError(400, str(exc)) from None
+
+
+def charts(call: Call) -> dict[str, Any]:
+    """The same parameters as :func:`series`: its window and totals, and the four charts as SVG
+    text (:mod:`tenure.ui.charts`), which the pages show."""
+    doc = series(call)
+    return {**{k: v for k, v in doc.items() if k != "points"},
+            "charts": chart_svg.render_all(doc["points"], doc["bucket_seconds"])}
 
 
 def queue_pause(call: Call) -> dict[str, Any]:
@@ -259,6 +286,8 @@ Handler = Callable[[Call], dict[str, Any]]
 ROUTES: list[tuple[str, str, Handler, bool]] = [
     ("GET", "session", session, False),
     ("GET", "queues", queues, False),
+    ("GET", "series", series, False),
+    ("GET", "charts", charts, False),
     ("POST", "queues/{name}/pause", queue_pause, True),
     ("POST", "queues/{name}/resume", queue_resume, True),
     ("POST", "queues/{name}/limit", queue_limit, True),

@@ -221,8 +221,9 @@ def _page(name: str) -> Callable[[Request], Awaitable[Response]]:
         job_id = request.path_params.get("id")
         if job_id is not None and (not job_id.isdigit() or int(job_id) < 1):
             return HTMLResponse(pages.error_page(_prefix(request), f"invalid job id {job_id!r}"), status_code=404)
+        queue = request.path_params.get("name")
         return HTMLResponse(pages.render(name, prefix=_prefix(request), identity=identity,
-                                         csrf=service.auth.csrf_token(identity), job_id=job_id),
+                                         csrf=service.auth.csrf_token(identity), job_id=job_id, queue=queue),
                             headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
                                      "Content-Security-Policy": pages.CSP, "Referrer-Policy": "same-origin"})
     return endpoint

@@ -24,6 +24,13 @@ def _filter_params() -> list[dict[str, Any]]:
              "schema": {"type": "integer" if f in ("id", "priority_min", "priority_max") else "string"}} for f in FIELDS]
 
 
+def _series_params() -> list[dict[str, Any]]:
+    return [{"name": "queue", "in": "query", "required": False, "schema": {"type": "string"},
+             "description": "one queue (400 if it has no trace); left out: every queue"},
+            {"name": "window", "in": "query", "required": False,
+             "schema": {"type": "string", "enum": ["1h", "24h", "7d"], "default": "1h"}}]
+
+
 def _op(summary: str, *, mutates: bool = False, params: list[dict[str, Any]] | None = None,
         body: dict[str, Any] | None = None, ok: str = "the result") -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "parameters": params or [],
@@ -49,6 +56,11 @@ def document(prefix: str) -> dict[str, Any]:
     paths = {
         "/session": {"get": _op("who is signed in, their role, and the CSRF token for browser mutations")},
         "/queues": {"get": _op("every queue: counts by status, paused, running limit, oldest ready job, last hour")},
+        "/series": {"get": _op("the points behind the charts: one per bucket (1h: 1 min, 24h: 15 min, 7d: 1 h) of jobs "
+                               "completed, failed attempts, dead letters, wait p50/p95 and depth; "
+                               "the completed points add up to every job completed in [from, to)", params=_series_params())},
+        "/charts": {"get": _op("the four charts (throughput, failures, wait, depth) as SVG text, with the series' window "
+                               "and totals", params=_series_params())},
         "/queues/{name}/pause": {"post": _op("pause a queue (workers stop claiming from it)", mutates=True,
                                              params=[_path("name")])},
         "/queues/{name}/resume": {"post": _op("resume a paused queue", mutates=True, params=[_path("name")])},

@@ -11,22 +11,25 @@ from html import escape
 from tenure.core.version import __version__
 from tenure.ui.auth import Identity
 
-PAGES = {"overview": "/", "jobs": "/jobs", "job": "/jobs/{id}", "dlq": "/dlq", "periodic": "/periodic",
-         "workers": "/workers"}
+PAGES = {"overview": "/", "queue": "/queues/{name}", "jobs": "/jobs", "job": "/jobs/{id}", "dlq": "/dlq",
+         "periodic": "/periodic", "workers": "/workers"}
 """Page name -> path below the prefix."""
-TITLES = {"overview": "Queues", "jobs": "Jobs", "job": "Job", "dlq": "Dead letters", "periodic": "Periodic",
+TITLES = {"overview": "Queues", "queue": "Queue", "jobs": "Jobs", "job": "Job", "dlq": "Dead letters", "periodic": "Periodic",
           "workers": "Workers"}
 CURRENT = ' aria-current="page"'
 NAV = ("overview", "jobs", "dlq", "periodic", "workers")
 CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"
 
 
-def render(name: str, *, prefix: str, identity: Identity, csrf: str, job_id: str | None = None) -> str:
+def render(name: str, *, prefix: str, identity: Identity, csrf: str, job_id: str | None = None,
+           queue: str | None = None) -> str:
     p = escape(prefix, quote=True)
-    current = "jobs" if name == "job" else name
+    current = "jobs" if name == "job" else "overview" if name == "queue" else name
     links = "".join(f'<a href="{p}{PAGES[n]}" data-nav="{n}"{CURRENT if n == current else ""}>{TITLES[n]}</a>'
                     for n in NAV)
     title = f"Job {escape(job_id)}" if name == "job" and job_id else TITLES[name]
+    if name == "queue" and queue is not None:
+        title = f"Queue {escape(queue)}"
     mode = "" if identity.can_write else '<span class="badge" data-read-only>read-only</span>'
     return f"""<!doctype html>
 <html lang="en">
@@ -45,7 +48,7 @@ def render(name: str, *, prefix: str, identity: Identity, csrf: str, job_id: str
 <nav>{links}</nav>
 <span class="who">{escape(identity.user)} · {escape(identity.role)} {mode}</span>
 </header>
-<main data-page="{name}"{f' data-job="{escape(job_id)}"' if job_id else ""}>
+<main data-page="{name}"{f' data-job="{escape(job_id)}"' if job_id else ""}{f' data-queue="{escape(queue, quote=True)}"' if queue is not None else ""}>
 <h1>{title}</h1>
 <div id="content" aria-live="polite"><p class="muted">Loading…</p></div>
 </main>

@@ -13,7 +13,15 @@ from typing import Any, Protocol, TypeAlias
 import psycopg
 
 from tenure.core.pooled import LISTEN_JOIN_SECONDS, PooledService
-from tenure.core.repository import BrowseStore, ControlStore, ReadStore, RegistryStore, Repository, SchemaStore
+from tenure.core.repository import (
+    BrowseStore,
+    ControlStore,
+    ReadStore,
+    RegistryStore,
+    Repository,
+    SchemaStore,
+    SeriesStore,
+)
 from tenure.core.service import ListenLoop
 from tenure.ui.auth import Authenticator, load_users
 from tenure.ui.config import UiConfig
@@ -21,10 +29,10 @@ from tenure.ui.config import UiConfig
 log = logging.getLogger("tenure.ui")
 
 
-class UiStore(SchemaStore, BrowseStore, ReadStore, ControlStore, RegistryStore, Protocol):
+class UiStore(SchemaStore, BrowseStore, ReadStore, ControlStore, RegistryStore, SeriesStore, Protocol):
     """What `tenure ui`'s requests read on a pooled connection: the job browser (browse area),
-    queue figures and running jobs (reads), queue controls (control), workers (registry); the
-    schema check at open. Its writes go through :mod:`tenure.control`."""
+    queue figures and running jobs (reads), queue controls (control), workers (registry), the
+    charts' series (series); the schema check at open. Its writes go through :mod:`tenure.control`."""
 SUBSCRIBER_BACKLOG = 100
 """Changes queued per event stream; a client that falls further behind gets a ``resync``."""
 END = None

@@ -23,6 +23,7 @@ file of the same name, ``sql/queries/<area>.sql``:
 - ``browse``: the job browser of `tenure ui` and `tenure jobs list` (one filter for pages, counts,
   bulk actions and the CLI's listing);
 - ``flow``: per-key running limits and their status (the claim enforces them);
+- ``series``: the job browser's charts per time bucket, and the queue depth samples;
 - ``history``: where completed jobs live (day partitions, the batched move, retention of
   completed and cancelled jobs); :mod:`tenure.reaper.history` decides when they run.
 
@@ -62,6 +63,7 @@ from tenure.core.repository.reads import ReadQueries
 from tenure.core.repository.reaping import ReapCandidate, ReapDecision, Reaped, ReaperQueries
 from tenure.core.repository.registry import RegistryQueries
 from tenure.core.repository.schema import STATS_STALE_FRACTION, STATS_STALE_MIN_ROWS, SchemaQueries
+from tenure.core.repository.series import SeriesQueries
 from tenure.core.repository.specs import (
     DELAY_MAX_SECONDS,
     MAX_ATTEMPTS_LIMIT,
@@ -93,6 +95,7 @@ from tenure.core.repository.stores import (
     ReapingStore,
     RegistryStore,
     SchemaStore,
+    SeriesStore,
     SqsStore,
 )
 
@@ -105,19 +108,21 @@ __all__ = [
     "max_payload_bytes",
     # The faces (tenure.core.repository.stores).
     "BrowseStore", "Connected", "ControlStore", "DeadLetterStore", "EnqueueStore", "ExecutionStore", "FlowStore",
-    "HistoryStore", "LeaseStore", "PeriodicStore", "ReadStore", "ReapingStore", "RegistryStore", "SchemaStore", "SqsStore",
+    "HistoryStore", "LeaseStore", "PeriodicStore", "ReadStore", "ReapingStore", "RegistryStore", "SchemaStore", "SeriesStore",
+    "SqsStore",
 ]
 
 
 class Repository(SchemaQueries, EnqueueQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
                  ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries, BrowseQueries,
-                 HistoryQueries, FlowQueries):
+                 HistoryQueries, FlowQueries, SeriesQueries):
     """Named queries bound to one connection and one schema: every area's queries together."""
 
 
 if TYPE_CHECKING:
     def _faces(repo: Repository) -> tuple[Connected, SchemaStore, EnqueueStore, LeaseStore, ReapingStore, ReadStore,
                                           RegistryStore, ExecutionStore, DeadLetterStore, ControlStore,
-                                          PeriodicStore, SqsStore, BrowseStore, HistoryStore, FlowStore]:
+                                          PeriodicStore, SqsStore, BrowseStore, HistoryStore, FlowStore,
+                                          SeriesStore]:
         """Never called: mypy checks here that a Repository is every face its callers declare."""
-        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo)
+        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo)

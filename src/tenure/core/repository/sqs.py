@@ -65,6 +65,45 @@ class SqsQueries(RepositoryBase):
         return self._one("sqs_queue_set_attributes", {"name": name, "attributes": Jsonb(attributes),
                                                       "removed": list(removed)}) is not None
 
+    def sqs_retention_expire(self, worker_id: str, limit: int, default_seconds: float) -> dict[str, int]:
+        """Delete up to ``limit`` messages past their queue's MessageRetentionPeriod (waiting or
+        in flight), audited (``expired``, reason ``retention``); how many per queue."""
+        return {r["queue_name"]: int(r["expired"]) for r in self._rows("sqs_message_retention_expire", {
+            "worker_id": worker_id, "limit": limit, "default": float(default_seconds)})}
+
+    def sqs_move_task_start(self, handle: str, source: str, source_arn: str, target: str,
+                            destination_arn: str | None, rate: int | None, total: int, runner: str) -> bool:
+        """Record a running move task; False if the source already has one running."""
+        return self._one("sqs_move_task_start", {
+            "handle": handle, "source": source, "source_arn": source_arn, "target": target,
+            "destination_arn": destination_arn, "rate": rate, "total": total, "runner": runner}) is not None
+
+    def sqs_move_task_step(self, handle: str, runner: str, source: str, target: str, limit: int) -> Row:
+        """One batch of ``runner``'s running task: ``status`` (None: not its running task any
+        more), ``moved`` (the task's total) and ``step`` (this batch's)."""
+        row = self._one("sqs_move_task_step", {"handle": handle, "runner": runner, "source": source,
+                                               "target": target, "limit": limit, "channel": self.channel})
+        assert row is not None
+        return row
+
+    def sqs_move_task_fail(self, handle: str, runner: str, failure: str) -> bool:
+        return self._one("sqs_move_task_fail", {"handle": handle, "runner": runner, "failure": failure}) is not None
+
+    def sqs_move_task_cancel(self, handle: str) -> Row | None:
+        """``moved``, ``status`` and ``cancelled`` (False: the task was not running); None: unknown."""
+        return self._one("sqs_move_task_cancel", {"handle": handle})
+
+    def sqs_move_task_list(self, source_arn: str, limit: int) -> list[Row]:
+        return self._rows("sqs_move_task_list", {"source_arn": source_arn, "limit": limit})
+
+    def sqs_move_task_adopt(self, runner: str, stale_seconds: float) -> list[Row]:
+        """Running tasks whose heartbeat is older than ``stale_seconds``, now ``runner``'s."""
+        return self._rows("sqs_move_task_adopt", {"runner": runner, "stale": float(stale_seconds)})
+
+    def sqs_queue_lock(self, name: str) -> Row | None:
+        """The queue's name, fifo and attributes, its row locked until the transaction ends."""
+        return self._one("sqs_queue_lock", {"name": name})
+
     def sqs_queue_tag(self, name: str, tags: dict[str, str]) -> bool:
         return self._one("sqs_queue_tag", {"name": name, "tags": Jsonb(tags)}) is not None
 
@@ -138,7 +177,7 @@ class SqsQueries(RepositoryBase):
         its first receives by id: a few more round trips, on limited queues only."""
         base = {"queue": queue, "worker_id": worker_id}
         claim = {"queues": [queue], "limit": limit, "lease": float(lease), "worker_id": worker_id,
-                 "aging": PRIORITY_AGING_DEFAULT, "gated": False}
+                 "aging": PRIORITY_AGING_DEFAULT}
         with (self.conn.cursor() as expire, self.conn.cursor() as lock,
               self.conn.cursor(row_factory=tuple_row) as cur, self.conn.cursor(row_factory=dict_row) as firsts):
             with self.conn.pipeline():

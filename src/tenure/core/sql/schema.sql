@@ -228,6 +228,28 @@ CREATE TABLE sqs_secrets (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 
+-- Message move tasks of `tenure sqs` (0013): every replica lists and cancels them; a running
+-- task whose runner's heartbeat is stale is resumed by another replica (docs/sqs.md).
+CREATE TABLE sqs_move_tasks (
+    handle           text        PRIMARY KEY,
+    source_queue     text        NOT NULL,
+    source_arn       text        NOT NULL,
+    target_queue     text        NOT NULL,
+    destination_arn  text,
+    rate             integer     CHECK (rate IS NULL OR rate >= 1),
+    total            bigint      NOT NULL,
+    moved            bigint      NOT NULL DEFAULT 0,
+    status           text        NOT NULL DEFAULT 'RUNNING'
+                     CHECK (status IN ('RUNNING', 'COMPLETED', 'CANCELLED', 'FAILED')),
+    failure          text,
+    runner           text        NOT NULL,
+    heartbeat_at     timestamptz NOT NULL DEFAULT now(),
+    started_at       timestamptz NOT NULL DEFAULT now(),
+    finished_at      timestamptz
+);
+CREATE UNIQUE INDEX sqs_move_tasks_running_idx ON sqs_move_tasks (source_queue) WHERE status = 'RUNNING';
+CREATE INDEX sqs_move_tasks_source_idx ON sqs_move_tasks (source_arn, started_at DESC);
+
 -- Finished jobs (0009): completed jobs move here from `jobs` in the statement that completes them,
 -- into day partitions of completed_at (UTC); see docs/architecture.md "Where finished jobs live".
 -- It has the columns of jobs, in the same order (the moves copy whole rows): a column added to
@@ -326,6 +348,17 @@ BEGIN
     RETURN held;
 END
 $fn$;
+
+-- The depth of every queue once a minute, written by the reaper, kept 8 days (0012; the job
+-- browser's depth chart).
+CREATE TABLE queue_depth_samples (
+    sampled_at  timestamptz NOT NULL,
+    queue_name  text        NOT NULL,
+    ready       bigint      NOT NULL,
+    blocked     bigint      NOT NULL,
+    running     bigint      NOT NULL,
+    PRIMARY KEY (sampled_at, queue_name)
+);
 
 CREATE TABLE schema_migrations (
     version     integer PRIMARY KEY,

@@ -4,6 +4,8 @@
 // controls data-action (per job: cancel, retry, replay; per queue: pause, resume, limit; on the
 // selected rows: retry-selected, cancel-selected, replay-selected; on every job matching the
 // filter: retry-matching, cancel-matching, replay-matching). Confirmations: dialog [data-confirm=yes].
+// Charts (the queues page and each queue's page): figure[data-chart] (throughput, failures, wait,
+// depth) holding the server's SVG, with data-total; the window is select[data-window].
 
 const body = document.body.dataset;
 const PREFIX = body.prefix || "";
@@ -158,10 +160,68 @@ function startLive() {
   source.addEventListener("error", () => { if (source.readyState === EventSource.CLOSED) poll(); else setMode("reconnecting"); });
 }
 
+// ---------- charts: SVG drawn by the server (GET charts), refetched on changes ----------
+const WINDOWS = { "1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days" };
+const CHARTS = ["throughput", "failures", "wait", "depth"];
+
+function chartPanel(queue) {
+  const asked = new URLSearchParams(location.search).get("window");
+  let win = asked in WINDOWS ? asked : "1h";
+  const figures = Object.fromEntries(CHARTS.map((k) => [k, el("figure", { class: "chart", "data-chart": k })]));
+  const caption = el("span", { class: "muted", "data-chart-caption": true }, "");
+  const select = el("select", { "data-window": true, "aria-label": "chart window" },
+    Object.entries(WINDOWS).map(([w, label]) => el("option", { value: w, selected: w === win }, label)));
+  let busy = false, again = false, last = 0, timer = null;
+  const load = async () => {
+    if (busy) { again = true; return; }
+    busy = true;
+    try {
+      const query = new URLSearchParams({ window: win });
+      if (queue) query.set("queue", queue);
+      const data = await api(`charts?${query}`);
+      for (const kind of CHARTS) {
+        const parsed = new DOMParser().parseFromString(data.charts[kind], "image/svg+xml").documentElement;
+        const svg = document.importNode(parsed, true);
+        figures[kind].replaceChildren(svg);
+        figures[kind].dataset.total = svg.getAttribute("data-total");
+      }
+      const t = data.totals;
+      const bucket = { 60: "1 min", 900: "15 min", 3600: "1 h" }[data.bucket_seconds] || `${data.bucket_seconds} s`;
+      caption.textContent = `${t.completed.toLocaleString()} completed · ${t.failed_attempts.toLocaleString()} failed attempts · ` +
+        `${t.dead_lettered.toLocaleString()} dead letters · buckets of ${bucket}, UTC`;
+    } catch (err) {
+      caption.textContent = err.message;
+    } finally {
+      busy = false;
+      last = Date.now();
+      if (again) { again = false; schedule(); }
+    }
+  };
+  // At most one refetch every 2 s, however many changes arrive.
+  const schedule = () => {
+    if (timer) return;
+    timer = setTimeout(() => { timer = null; load(); }, Math.max(0, 2000 - (Date.now() - last)));
+  };
+  select.addEventListener("change", () => {
+    win = select.value;
+    const params = new URLSearchParams(location.search);
+    params.set("window", win);
+    history.replaceState(null, "", `${location.pathname}?${params}`);
+    load();
+  });
+  onChange(() => schedule());
+  setInterval(() => { if (!live.paused) schedule(); }, 30000);
+  const node = el("section", { class: "charts", "data-charts": true },
+    el("div", { class: "bar" }, el("label", {}, "Charts over the ", select), caption),
+    el("div", { class: "chart-grid" }, CHARTS.map((k) => figures[k])));
+  return { node, load };
+}
+
 // ---------- overview ----------
 async function overview() {
   const holder = el("div");
-  content.replaceChildren(liveControl(), holder);
+  const charts = chartPanel(null);
+  content.replaceChildren(liveControl(), holder, charts.node);
   const render = async () => {
     const data = await api("queues");
     if (!data.queues.length) {
@@ -181,16 +241,18 @@ async function overview() {
           queueAction(q.name, "limit", { max_running: Number(input.value) });
         }, { "data-queue": q.name }))) : null;
       return el("tr", { "data-queue": q.name },
-        el("td", {}, link(`/jobs?queue=${encodeURIComponent(q.name)}`, q.name)),
+        el("td", {}, link(`/queues/${encodeURIComponent(q.name)}`, q.name, { "data-queue-link": q.name }), " ",
+          link(`/jobs?queue=${encodeURIComponent(q.name)}`, "jobs", { class: "muted" })),
         el("td", { "data-paused": q.paused }, q.paused ? "paused" : "running"),
         el("td", {}, q.max_running ?? "–"),
-        el("td", {}, c.ready), el("td", {}, c.scheduled), el("td", {}, c.running), el("td", {}, c.completed),
+        el("td", {}, c.ready), el("td", { "data-blocked": c.blocked }, c.blocked), el("td", {}, c.scheduled),
+        el("td", {}, c.running), el("td", {}, c.completed),
         el("td", {}, link(`/dlq?queue=${encodeURIComponent(q.name)}`, c.failed)), el("td", {}, c.cancelled),
         el("td", {}, c.ready ? ago(q.oldest_ready_age_seconds) : "–"),
         el("td", {}, q.last_hour.completed), el("td", {}, `${(q.last_hour.failure_rate * 100).toFixed(1)} %`),
         controls);
     });
-    holder.replaceChildren(table(["queue", "state", "limit", "ready", "scheduled", "running", "completed",
+    holder.replaceChildren(table(["queue", "state", "limit", "ready", "blocked", "scheduled", "running", "completed",
       "dead letters", "cancelled", "oldest ready", "done / h", "failures / h", CAN_WRITE ? "controls" : null]
       .filter((h) => h !== null), rows, { "data-table": "queues" }));
   };
@@ -202,7 +264,30 @@ async function overview() {
     } catch (err) { notice(err.message, "error"); }
   };
   onChange(() => render().catch((err) => notice(err.message, "error")));
-  await render();
+  await Promise.all([render(), charts.load()]);
+  setInterval(() => { if (!live.paused) render().catch(() => {}); }, 10000);
+}
+
+// ---------- one queue: its figures and its charts ----------
+async function queuePage() {
+  const name = main.dataset.queue;
+  const facts = el("div");
+  const charts = chartPanel(name);
+  content.replaceChildren(liveControl(),
+    el("div", { class: "toolbar" }, link(`/jobs?queue=${encodeURIComponent(name)}`, `jobs in ${name}`),
+      link(`/dlq?queue=${encodeURIComponent(name)}`, "its dead letters")), facts, charts.node);
+  const render = async () => {
+    const q = (await api("queues")).queues.find((x) => x.name === name);
+    if (!q) { facts.replaceChildren(el("p", { class: "muted" }, "No job, control or sample of this queue right now.")); return; }
+    const c = q.counts;
+    const rows = [["state", q.paused ? "paused" : "running"], ["limit", q.max_running ?? "–"], ["ready", c.ready],
+      ["blocked by a flow limit", c.blocked], ["scheduled", c.scheduled], ["running", c.running], ["completed", c.completed], ["dead letters", c.failed],
+      ["cancelled", c.cancelled], ["oldest ready", c.ready ? ago(q.oldest_ready_age_seconds) : "–"],
+      ["done in the last hour", q.last_hour.completed], ["failure rate, last hour", `${(q.last_hour.failure_rate * 100).toFixed(1)} %`]];
+    facts.replaceChildren(el("dl", { class: "facts", "data-queue-facts": name }, rows.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])));
+  };
+  onChange(() => render().catch(() => {}));
+  await Promise.all([render(), charts.load()]);
   setInterval(() => { if (!live.paused) render().catch(() => {}); }, 10000);
 }
 
@@ -458,7 +543,7 @@ async function workersPage() {
   setInterval(() => render().catch(() => {}), 3000);
 }
 
-const PAGES = { overview, jobs, dlq: jobs, job: jobDetail, periodic: periodicPage, workers: workersPage };
+const PAGES = { overview, queue: queuePage, jobs, dlq: jobs, job: jobDetail, periodic: periodicPage, workers: workersPage };
 
 (async () => {
   const page = PAGES[PAGE];

@@ -79,6 +79,10 @@ SET attributes = (attributes || %(attributes)s::jsonb) - %(removed)s::text[], mo
 WHERE name = %(name)s
 RETURNING name;
 
+-- name: sqs_queue_lock
+-- One SQS queue's attributes, its row locked to the end of the transaction (AddPermission and RemovePermission rewrite its Policy).
+SELECT name, fifo, attributes FROM {schema}.sqs_queues WHERE name = %(name)s FOR UPDATE;
+
 -- name: sqs_queue_tag
 -- Add or replace tags of an SQS queue.
 UPDATE {schema}.sqs_queues SET tags = tags || %(tags)s::jsonb WHERE name = %(name)s RETURNING tags;
@@ -290,3 +294,106 @@ WITH picked AS (
     SELECT pg_notify(%(channel)s, %(target)s) WHERE EXISTS (SELECT 1 FROM moved)
 )
 SELECT count(*)::int AS moved FROM moved WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: sqs_message_retention_expire
+-- Delete up to `limit` messages (waiting or in flight) of SQS queues sent longer ago than their queue's MessageRetentionPeriod (`default` seconds when unset), audited as `expired` (reason `retention`); returns the count per queue. Only each queue's `limit` oldest live messages (by id) are looked at: one short index scan per queue.
+WITH candidates AS (
+    SELECT c.id FROM {schema}.sqs_queues q
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.created_at FROM {schema}.jobs j
+        WHERE j.queue_name = q.name AND j.status IN ('pending', 'running')
+        ORDER BY j.id
+        LIMIT %(limit)s
+    ) c
+    WHERE c.created_at <= now() - make_interval(secs => coalesce((q.attributes->>'MessageRetentionPeriod')::float8, %(default)s::float8))
+    LIMIT %(limit)s
+), picked AS (
+    SELECT j.id FROM {schema}.jobs j JOIN candidates c ON c.id = j.id
+    WHERE j.status IN ('pending', 'running') FOR UPDATE OF j SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.jobs j USING picked p WHERE j.id = p.id
+    RETURNING j.id, j.queue_name, j.status, j.lock_token, j.attempt_count, j.created_at
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name, 'expired', lock_token, %(worker_id)s, attempt_count, 'retention',
+           jsonb_build_object('status', status, 'sent_at', created_at)
+    FROM gone
+), receipts AS (
+    DELETE FROM {schema}.sqs_receipts r USING gone g WHERE r.job_id = g.id
+)
+SELECT queue_name, count(*)::int AS expired FROM gone GROUP BY queue_name ORDER BY queue_name;
+
+-- name: sqs_move_task_start
+-- Record a running message move task (none if the source already has one running: no row); finished tasks older than 14 days are dropped, as SQS forgets them.
+WITH pruned AS (
+    DELETE FROM {schema}.sqs_move_tasks WHERE status <> 'RUNNING' AND finished_at < now() - interval '14 days'
+), ins AS (
+    INSERT INTO {schema}.sqs_move_tasks (handle, source_queue, source_arn, target_queue, destination_arn, rate, total, runner)
+    VALUES (%(handle)s, %(source)s, %(source_arn)s, %(target)s, %(destination_arn)s, %(rate)s, %(total)s, %(runner)s)
+    ON CONFLICT (source_queue) WHERE status = 'RUNNING' DO NOTHING
+    RETURNING handle
+)
+SELECT handle FROM ins;
+
+-- name: sqs_move_task_step
+-- One batch of a running move task, if `runner` still runs it: move up to `limit` visible messages (oldest first) from source to target, audited, wake the target, add them to the task's count and heartbeat; no message left completes it. Returns the task's status (NULL: not this runner's running task any more) and counts.
+WITH task AS (
+    SELECT handle FROM {schema}.sqs_move_tasks WHERE handle = %(handle)s AND status = 'RUNNING' AND runner = %(runner)s FOR UPDATE
+), picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE queue_name = %(source)s AND status = 'pending' AND available_at <= now() AND EXISTS (SELECT 1 FROM task)
+    ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE {schema}.jobs j
+    SET queue_name = %(target)s, attempt_count = 0, available_at = now(), updated_at = now()
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, reason, detail)
+    SELECT id, %(target)s, 'replayed_from_dead_letter', 'StartMessageMoveTask',
+           jsonb_build_object('from', %(source)s::text, 'task', %(handle)s::text) FROM moved
+), notified AS (
+    SELECT pg_notify(%(channel)s, %(target)s) WHERE EXISTS (SELECT 1 FROM moved)
+), counted AS (SELECT count(*)::bigint AS n FROM moved
+), updated AS (
+    UPDATE {schema}.sqs_move_tasks t
+    SET moved = t.moved + c.n, heartbeat_at = now(),
+        status = CASE WHEN c.n = 0 THEN 'COMPLETED' ELSE t.status END,
+        finished_at = CASE WHEN c.n = 0 THEN now() END
+    FROM task, counted c WHERE t.handle = task.handle
+    RETURNING t.status, t.moved
+)
+SELECT u.status, coalesce(u.moved, 0)::bigint AS moved, (SELECT n FROM counted)::int AS step
+FROM (SELECT 1) AS one LEFT JOIN updated u ON true
+WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: sqs_move_task_fail
+-- Mark a running move task of `runner` failed, with the reason.
+UPDATE {schema}.sqs_move_tasks SET status = 'FAILED', failure = %(failure)s, finished_at = now()
+WHERE handle = %(handle)s AND status = 'RUNNING' AND runner = %(runner)s RETURNING handle;
+
+-- name: sqs_move_task_cancel
+-- Cancel a running move task (its runner stops before its next batch); returns the task (`cancelled` false: it was not running), no row for an unknown handle.
+WITH cancelled AS (
+    UPDATE {schema}.sqs_move_tasks SET status = 'CANCELLED', finished_at = now()
+    WHERE handle = %(handle)s AND status = 'RUNNING' RETURNING moved, status
+)
+SELECT moved, status, true AS cancelled FROM cancelled
+UNION ALL
+SELECT moved, status, false AS cancelled FROM {schema}.sqs_move_tasks WHERE handle = %(handle)s AND NOT EXISTS (SELECT 1 FROM cancelled);
+
+-- name: sqs_move_task_list
+-- The move tasks of a source queue (by ARN), newest first.
+SELECT handle, status, source_arn, destination_arn, rate, moved, total, failure,
+       (extract(epoch FROM started_at) * 1000)::bigint AS started_ms
+FROM {schema}.sqs_move_tasks WHERE source_arn = %(source_arn)s ORDER BY started_at DESC, handle LIMIT %(limit)s;
+
+-- name: sqs_move_task_adopt
+-- Take over running move tasks whose runner's heartbeat is older than `stale` seconds (the runner stopped): they are `runner`'s now; returns what it needs to run them.
+WITH stale AS (
+    SELECT handle FROM {schema}.sqs_move_tasks
+    WHERE status = 'RUNNING' AND heartbeat_at < now() - make_interval(secs => %(stale)s)
+    ORDER BY started_at LIMIT 10 FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.sqs_move_tasks t SET runner = %(runner)s, heartbeat_at = now() FROM stale WHERE t.handle = stale.handle
+RETURNING t.handle, t.source_queue, t.target_queue, t.rate;
