@@ -3,12 +3,12 @@ the global running limit inside the claim, cancel through the lease path, retry 
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
 
 import tenure
+from support.claimers import race_claimers
 from tenure import control
 from tenure.core.db import Connection, connect
 from tenure.core.errors import ConfigError
@@ -108,40 +108,8 @@ def test_max_running_holds_under_concurrent_claimers(dsn: str, schema: str) -> N
     with connect(dsn) as conn:
         Repository(conn, schema).enqueue_many([JobSpec("t") for _ in range(400)])
         control.set_max_running(conn, "default", 5, schema=schema)
-    peaks: list[int] = []
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def claimer(n: int) -> None:
-        try:
-            with connect(dsn) as c:
-                r = Repository(c, schema)
-                while not stop.is_set():
-                    got = r.claim(f"w{n}", ["default"], 20, 30)
-                    if got:
-                        r.complete_many(f"w{n}", [(j.id, j.lock_token) for j in got])
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    def sampler() -> None:
-        with connect(dsn) as c:
-            while not stop.is_set():
-                row = c.execute(f"SELECT count(*) AS n FROM \"{schema}\".jobs WHERE status = 'running'").fetchone()
-                assert row is not None
-                peaks.append(int(row["n"]))  # type: ignore[call-overload]
-
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
-    threads.append(threading.Thread(target=sampler))
-    for t in threads:
-        t.start()
-    with connect(dsn) as c:
-        r = Repository(c, schema)
-        while sum(s.completed for s in r.queue_stats()) < 400 and not errors:
-            stop.wait(0.05)
-    stop.set()
-    for t in threads:
-        t.join()
-    assert not errors
+    peaks = race_claimers(dsn, schema, claimers=8, batch=20, total=400,
+                          sample_sql=f"SELECT count(*) AS n FROM \"{schema}\".jobs WHERE status = 'running'")
     assert peaks and max(peaks) <= 5
     assert max(peaks) >= 2  # the limit, not a lack of concurrency, held the count down
 

@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 from tenure import flow
-from tenure.cli.common import command, open_repo, print_json, subcommands, table
+from tenure.cli.common import command, open_repo, positive_int, print_json, subcommands, table
 from tenure.control import check_queue_name, default_requester
 from tenure.core.errors import ConfigError
 
@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
     lim.add_argument("--by", default=None, help="who asked (default cli:USER@HOST)")
     lim.set_defaults(func=cmd_flow_limit)
     ls = command(fs, "list", "each flow limit, with each key's running, limit, blocked and oldest wait")
-    ls.add_argument("--keys", type=_positive, default=flow.KEYS_SHOWN_DEFAULT,
+    ls.add_argument("--keys", type=positive_int, default=flow.KEYS_SHOWN_DEFAULT,
                     help=f"keys shown per queue, the busiest first (default {flow.KEYS_SHOWN_DEFAULT})")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_flow_list)
@@ -42,16 +42,6 @@ def _limit(text: str) -> int:
         return flow.check_running_limit(value)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def cmd_flow_limit(args: argparse.Namespace) -> int:
