@@ -64,6 +64,7 @@ def create_queue(call: Call, params: dict[str, Any]) -> Reply:
         _check_redrive(call, repo, attrs, fifo=fifo)
         row = repo.sqs_queue_create(name, fifo, attrs, tags)
     call.forget_queue(name)
+    call.service.metrics.expired.labels(name)  # its expiry counter reads 0 from now on, not no data
     if not row["created"]:
         current = effective_attributes(row)
         if any(current.get(k) != v for k, v in attrs.items()):

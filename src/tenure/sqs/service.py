@@ -66,6 +66,8 @@ RETENTION_DEFAULT = 345_600
 RETENTION_BATCH = 1000
 """Messages one retention statement deletes at most; a sweep runs up to RETENTION_BATCHES of them."""
 RETENTION_BATCHES = 10
+SWEEP_QUEUES_SHOWN = 1000
+"""The most queues whose expiry counter the retention sweep creates at 0 (the label's bound)."""
 LONG_POLL_RECHECK_DEFAULT = 1.0
 """Seconds between re-checks of a long poll without a notification (delays and visibility
 timeouts end without one)."""
@@ -238,6 +240,10 @@ class SqsService(PooledService[SqsServiceStore]):
         counted in ``tenure_sqs_messages_expired_total``; how many per queue."""
         expired: dict[str, int] = {}
         with self.repo() as repo:
+            # Every queue's counter exists from the first sweep, at 0 until a message expires,
+            # so a rate over it reads 0 rather than no data (at most SWEEP_QUEUES_SHOWN queues).
+            for name in repo.sqs_queue_list("", "", SWEEP_QUEUES_SHOWN):
+                self.metrics.expired.labels(name)
             for _ in range(RETENTION_BATCHES):
                 batch = repo.sqs_retention_expire(WORKER_ID, RETENTION_BATCH, RETENTION_DEFAULT)
                 for queue, count in batch.items():
