@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole Kubernetes user story on a real kind cluster (needs a Docker engine):
 #   1. cluster "tenure-e2e" (context kind-tenure-e2e): one control-plane node, two workers;
-#   2. image tenure:dev built from the repository's Dockerfile and loaded on every node;
+#   2. image tenure:dev built from the repository's Dockerfile, and the SQS clients' image
+#      (e2e/kind/sqs-clients: boto3, celery[sqs]), loaded on every node;
 #   3. PostgreSQL (Deployment + Service "postgres", PVC from the default storage class) in
 #      namespace tenure-demo; DSN postgresql://tenure:tenure@postgres:5432/tenure;
 #   4. the Helm chart in tenure-system, then `helm test`;
@@ -21,6 +22,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CLUSTER="${CLUSTER:-tenure-e2e}"
 CONTEXT="kind-${CLUSTER}"
 IMAGE="${IMAGE:-tenure:dev}"
+CLIENTS_IMAGE="${CLIENTS_IMAGE:-tenure-e2e/sqs-clients:dev}"
 NAMESPACE="${NAMESPACE:-tenure-demo}"
 OPERATOR_NAMESPACE="${OPERATOR_NAMESPACE:-tenure-system}"
 KEEP="${KEEP:-0}"
@@ -110,10 +112,14 @@ k wait --for=condition=Ready nodes --all --timeout=300s >/dev/null
 log "build ${IMAGE} and load it (and the in-cluster service images) on every node"
 t0=${SECONDS}
 timeout 900 docker build -q --network host --build-arg "PYTHON_IMAGE=${PYTHON_IMAGE}" -t "${IMAGE}" "${ROOT}" >/dev/null
+# The SQS clients of the tenure-sqs rolling restart (boto3, celery[sqs]): an image of their own,
+# so the tenure image stays as shipped; its pip layer is cached until requirements.txt changes.
+timeout 900 docker build -q --network host --build-arg "PYTHON_IMAGE=${PYTHON_IMAGE}" -t "${CLIENTS_IMAGE}" \
+  "${ROOT}/e2e/kind/sqs-clients" >/dev/null
 for img in "${PG_IMAGE}" "${PROM_IMAGE}" "${AM_IMAGE}"; do
   docker image inspect "${img}" >/dev/null 2>&1 || docker pull -q "${img}" >/dev/null
 done
-timeout 600 kind load docker-image --name "${CLUSTER}" "${IMAGE}" "${PG_IMAGE}" "${PROM_IMAGE}" "${AM_IMAGE}"
+timeout 600 kind load docker-image --name "${CLUSTER}" "${IMAGE}" "${CLIENTS_IMAGE}" "${PG_IMAGE}" "${PROM_IMAGE}" "${AM_IMAGE}"
 log "image built and loaded in $((SECONDS - t0)) s"
 
 if [[ "${REUSE:-0}" == "1" ]] && k get namespace "${NAMESPACE}" >/dev/null 2>&1; then
@@ -139,7 +145,7 @@ timeout 300 helm test tenure --kube-context "${CONTEXT}" --namespace "${OPERATOR
 
 log "scenarios (e2e/kind/test_kind.py)"
 export TENURE_KIND_CONTEXT="${CONTEXT}" TENURE_KIND_CLUSTER="${CLUSTER}" TENURE_KIND_NAMESPACE="${NAMESPACE}"
-export TENURE_KIND_IMAGE="${IMAGE}" TENURE_KIND_PROM_IMAGE="${PROM_IMAGE}" TENURE_KIND_AM_IMAGE="${AM_IMAGE}"
+export TENURE_KIND_IMAGE="${IMAGE}" TENURE_KIND_CLIENTS_IMAGE="${CLIENTS_IMAGE}" TENURE_KIND_PROM_IMAGE="${PROM_IMAGE}" TENURE_KIND_AM_IMAGE="${AM_IMAGE}"
 export TENURE_KIND_OPERATOR_NAMESPACE="${OPERATOR_NAMESPACE}" TENURE_KIND_ARTIFACTS="${ARTIFACTS}"
 cd "${ROOT}"
 # shellcheck disable=SC2086

@@ -18,7 +18,11 @@ one JobQueue, ``emails`` (examples/jobqueue.yaml with the image changed):
    rules, every dashboard panel returns data, no alert fires on the healthy install;
 7. the chart's optional components (ui.enabled, sqs.enabled) with their Secrets: boto3 sends,
    receives and deletes through the tenure-sqs Service; the tenure-ui Service serves the overview
-   and the queues API to the Secret's viewer and refuses a write (read-only by default).
+   and the queues API to the Secret's viewer and refuses a write (read-only by default);
+8. the SQS Deployment (2 replicas) rolled twice (``kubectl rollout restart``) while a boto3
+   consumer and a Celery worker, in pods of the image built from e2e/kind/sqs-clients, consume
+   2,000 messages through the Service's DNS name: every message done exactly once, no client
+   error, the Celery worker goes on after the rolls (issue 36).
 Figures (scale and recovery times, alert timings) are recorded in $ARTIFACTS/figures.json.
 """
 
@@ -711,7 +715,11 @@ def components(cluster: Cluster) -> Iterator[str | None]:
                  "for url in sys.argv[1:]:\n"
                  "    with urllib.request.urlopen(url, timeout=10) as r:\n"
                  "        print(url, r.status, r.read(100).decode())\n")
-        out = c.tenure_pod("components-healthz", ["python", "-c", probe, *urls])
+        # An old pod still terminating answers /healthz 503 for its shutdown delay while the
+        # Service drops it (after `rollout status` returned): ask again until it is gone.
+        out = wait_for("every component's /healthz 200 through its Service",
+                       lambda: c.tenure_pod("components-healthz", ["python", "-c", probe, *urls]), timeout=90,
+                       interval=3)
         for url in urls:
             assert f"{url} 200 ok" in out, out
         yield missing
@@ -794,3 +802,244 @@ def test_components_ui_through_its_service(cluster: Cluster, components: str | N
         assert status == 403 and "read-only" in body, (status, body[:300])
         c.record("ui_read_only_pause_answer", body[:200])
         assert c.count(f"SELECT count(*) FROM tenure.queues WHERE name = '{SQS_QUEUE}' AND paused") == 0
+
+
+# ------------------------------------------ sqs: a rolling restart under consumption (issue 36)
+ROLL_PER_CONSUMER = 1000
+"""Messages for each consumer (boto3, Celery): 2,000 in all."""
+ROLL_FIRST = 750
+"""Sent before the rolls; the other 250 a consumer after them, so that its progress after the
+rolls is seen whatever the pace of the machine."""
+ROLL_RESTARTS = 2
+BOTO3_PACE = 0.12
+"""Seconds of work per message of the boto3 consumer (about 8 a second)."""
+CELERY_PACE = 0.25
+"""Seconds of each Celery task, 2 threads (about 8 a second): the 750 first messages outlast two
+rolls on an idle machine, and a slower machine only slows the consumers down."""
+CELERY_BAD_LINES = ("Traceback", "ERROR/", "CRITICAL", "Couldn't ack", "Error in timer", "Unrecoverable error",
+                    "Connection to broker lost")
+"""What Celery logs when a request fails or a poll loop ends (tests/acceptance/test_sqs_celery.py)."""
+
+
+def _pod_log(c: Cluster, pod: str) -> str:
+    return c.kubectl("logs", pod, timeout=60).stdout
+
+
+def _pod_phase(c: Cluster, pod: str) -> str:
+    return str(c.get("pod", pod)["status"].get("phase"))
+
+
+def _boto3_events(log: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The consumer's JSON events, and the other lines of its log."""
+    events, other = [], []
+    for line in log.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            if line.strip():
+                other.append(line)
+    return events, other
+
+
+def _celery_done(log: str) -> list[tuple[str, int, float]]:
+    """(task id, n, time) per ``done`` line of the worker's log."""
+    out = []
+    for line in log.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "done":
+            out.append((parts[1], int(parts[2]), float(parts[3])))
+    return out
+
+
+def _longest_pause(times: list[float], until: float) -> float:
+    """The longest gap between successive completions up to ``until`` (while work was queued)."""
+    ts = sorted(t for t in times if t <= until)
+    return round(max((b - a for a, b in zip(ts, ts[1:])), default=0.0), 2)
+
+
+def _send(c: Cluster, boto3_queue: str, celery_queue: str, ns: range) -> None:
+    """``ns`` to both consumers through a port-forward (it pins one SQS pod: only between rolls):
+    SendMessageBatch for boto3, Celery's ``send_task`` (Kombu's SQS transport) for the worker."""
+    import importlib.util
+    from urllib.parse import quote
+
+    from celery import Celery
+
+    spec = importlib.util.spec_from_file_location("roll_tasks", ROOT / "e2e/kind/sqs-clients/roll_tasks.py")
+    assert spec and spec.loader
+    roll_tasks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(roll_tasks)
+    with c.port_forward("tenure-sqs", 9324, namespace=c.operator_namespace) as port:
+        sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                           aws_access_key_id=SQS_KEY, aws_secret_access_key=SQS_SECRET,
+                           config=BotoConfig(retries={"max_attempts": 1}, read_timeout=30, connect_timeout=5))
+        queue_url = sqs.create_queue(QueueName=boto3_queue)["QueueUrl"]
+        batch = list(ns)
+        for i in range(0, len(batch), 10):
+            entries = [{"Id": str(n), "MessageBody": json.dumps({"n": n})} for n in batch[i:i + 10]]
+            res = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+            assert not res.get("Failed"), res["Failed"]
+        sender = Celery("roll-sender", broker=f"sqs://{SQS_KEY}:{quote(SQS_SECRET, safe='')}@127.0.0.1:{port}",
+                        set_as_current=False)
+        sender.conf.update(broker_transport_options=dict(roll_tasks.app.conf.broker_transport_options),
+                           task_default_queue=celery_queue)
+        try:
+            with sender.producer_or_acquire() as producer:
+                for n in batch:
+                    sender.send_task("roll.record", args=[n], queue=celery_queue, producer=producer)
+        finally:
+            sender.close()
+
+
+@pytest.mark.timeout(900)
+def test_components_sqs_rolling_restart_under_consumption(cluster: Cluster, components: str | None) -> None:
+    """Issue 36: ``kubectl rollout restart deploy/tenure-sqs`` (2 replicas), twice, while a boto3
+    consumer and a Celery worker, in pods, consume 2,000 messages through the Service's DNS name:
+    every message done exactly once (the database: every job completed), no client error, and the
+    Celery worker goes on after the rolls (it runs the messages sent after them)."""
+    c = cluster
+    clients_image = os.environ.get("TENURE_KIND_CLIENTS_IMAGE", "tenure-e2e/sqs-clients:dev")
+    run = f"{int(time.time()) % 1_000_000:06d}"
+    boto3_queue, celery_queue = f"kind-roll-boto3-{run}", f"roll-celery-{run}"
+    celery_sqs_queue = f"kind-{celery_queue}"  # roll_tasks.py: queue_name_prefix "kind-"
+    pods = ("sqs-boto3-consumer", "sqs-celery-worker")
+    dep = c.get("deployment", "tenure-sqs", "-n", c.operator_namespace, namespaced=False)
+    selector = ",".join(f"{k}={v}" for k, v in dep["spec"]["selector"]["matchLabels"].items())
+
+    def sqs_pods() -> set[str]:
+        items = c.get("pods", "-n", c.operator_namespace, "-l", selector, namespaced=False)["items"]
+        return {p["metadata"]["name"] for p in items}
+
+    helm_upgrade(c, "sqs.replicas=2")
+    c.kubectl("-n", c.operator_namespace, "rollout", "status", "deploy/tenure-sqs", "--timeout=240s",
+              namespaced=False, timeout=260)
+    assert c.get("deployment", "tenure-sqs", "-n", c.operator_namespace,
+                 namespaced=False)["status"].get("readyReplicas") == 2
+    try:
+        c.apply(c.kubectl("create", "configmap", "sqs-clients", "--dry-run=client", "-o", "yaml",
+                          f"--from-file={ROOT / 'e2e/kind/sqs-clients/boto3_consumer.py'}",
+                          f"--from-file={ROOT / 'e2e/kind/sqs-clients/roll_tasks.py'}").stdout)
+        t0 = time.time()
+        _send(c, boto3_queue, celery_queue, range(ROLL_FIRST))
+        c.record("sqs_roll_first_send_seconds", round(time.time() - t0, 1))
+
+        manifest = (ROOT / "e2e/kind/manifests/sqs-clients.yaml").read_text()
+        for key, value in {
+            "${CLIENTS_IMAGE}": clients_image,
+            "${ENDPOINT}": f"http://tenure-sqs.{c.operator_namespace}.svc:9324",
+            "${KEY}": SQS_KEY, "${SECRET}": SQS_SECRET,
+            "${BOTO3_QUEUE}": boto3_queue, "${BOTO3_EXPECTED}": str(ROLL_PER_CONSUMER),
+            "${BOTO3_PACE}": str(BOTO3_PACE), "${CELERY_QUEUE}": celery_queue, "${CELERY_PACE}": str(CELERY_PACE),
+        }.items():
+            manifest = manifest.replace(key, value)
+        for pod in pods:
+            c.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=true", timeout=120)
+        c.apply(manifest)
+
+        def done_counts() -> tuple[int, int]:
+            for pod in pods:
+                if _pod_phase(c, pod) == "Failed":
+                    raise AssertionError(f"pod {pod} failed: {_pod_log(c, pod)[-3000:]}")
+            boto3_done = sum(1 for e in _boto3_events(_pod_log(c, pods[0]))[0] if e["event"] == "done")
+            return boto3_done, len(_celery_done(_pod_log(c, pods[1])))
+
+        def both_started() -> bool:
+            try:
+                return min(done_counts()) >= 30
+            except KindError:  # a pod still being created has no log yet
+                return False
+        wait_for("both consumers under way (30 messages each)", both_started, timeout=240)
+
+        rolls: list[dict[str, Any]] = []
+        for _ in range(ROLL_RESTARTS):
+            old = sqs_pods()
+            before = done_counts()
+            t_roll = time.time()
+            c.kubectl("-n", c.operator_namespace, "rollout", "restart", "deploy/tenure-sqs", namespaced=False)
+            c.kubectl("-n", c.operator_namespace, "rollout", "status", "deploy/tenure-sqs", "--timeout=300s",
+                      namespaced=False, timeout=320)
+            t_status = time.time()
+            wait_for("the old tenure-sqs pods gone", lambda: not (sqs_pods() & old), timeout=120, interval=1)
+            t_gone = time.time()
+            after = done_counts()
+            rolls.append({"status_seconds": round(t_status - t_roll, 1), "old_pods_gone_seconds": round(t_gone - t_roll, 1),
+                          "start": t_roll, "end": t_gone, "boto3_done": [before[0], after[0]],
+                          "celery_done": [before[1], after[1]]})
+        c.record("sqs_roll_rollouts", [{k: v for k, v in r.items() if k not in ("start", "end")} for r in rolls])
+
+        t_topup = time.time()
+        _send(c, boto3_queue, celery_queue, range(ROLL_FIRST, ROLL_PER_CONSUMER))
+
+        def all_done() -> bool:
+            b, w = done_counts()
+            return b >= ROLL_PER_CONSUMER and w >= ROLL_PER_CONSUMER
+        wait_for(f"{2 * ROLL_PER_CONSUMER} messages done by the consumers", all_done, timeout=420, interval=3)
+        wait_for("the boto3 consumer exited", lambda: _pod_phase(c, pods[0]) in ("Succeeded", "Failed"), timeout=60)
+        t_end = time.time()
+
+        # ---- boto3: every message deleted exactly once, no client error, the pod exited 0.
+        boto3_log = _pod_log(c, pods[0])
+        events, other = _boto3_events(boto3_log)
+        errors = [e for e in events if e["event"] == "error"]
+        done = [e for e in events if e["event"] == "done"]
+        receives = [e["t"] for e in events if e["event"] == "receive"]
+        foreign = [e for e in done if e["n"] is None]
+        boto3_ns = sorted(e["n"] for e in done if e["n"] is not None)
+        # ---- Celery: every task run exactly once, nothing bad in its log, still running.
+        celery_log = _pod_log(c, pods[1])
+        celery = _celery_done(celery_log)
+        celery_ns = sorted(n for _, n, _ in celery)
+        bad = [line for line in celery_log.splitlines() if any(b in line for b in CELERY_BAD_LINES)]
+        first_done = {"boto3": max(e["t"] for e in done if e["n"] < ROLL_FIRST),
+                      "celery": max(t for _, n, t in celery if n < ROLL_FIRST)}
+        roll_window: tuple[float, float] = (rolls[0]["start"], rolls[-1]["end"])
+        figures = {
+            "messages": {"boto3": len(done), "celery": len(celery)},
+            "client_errors": {"boto3": len(errors), "celery": len(bad)},
+            "longest_pause_seconds_while_queued": {
+                "boto3": _longest_pause([e["t"] for e in done], first_done["boto3"]),
+                "celery": _longest_pause([t for _, _, t in celery], first_done["celery"])},
+            "boto3_longest_gap_between_receives_seconds": _longest_pause(receives, t_end),
+            "done_during_the_rolls": {
+                "boto3": sum(1 for e in done if roll_window[0] <= e["t"] <= roll_window[1]),
+                "celery": sum(1 for _, _, t in celery if roll_window[0] <= t <= roll_window[1])},
+            "done_after_the_rolls": {
+                "boto3": sum(1 for e in done if e["t"] > roll_window[1]),
+                "celery": sum(1 for _, _, t in celery if t > roll_window[1])},
+            "first_batch_done_after_roll_start_seconds": {
+                k: round(v - roll_window[0], 1) for k, v in first_done.items()},
+            "topup_to_all_done_seconds": round(t_end - t_topup, 1),
+            "rollouts": c.figures["sqs_roll_rollouts"],
+        }
+        c.record("sqs_roll", figures)
+        print(json.dumps(figures, indent=2))
+        assert errors == [], f"boto3 client errors through the rolls: {errors[:10]}"
+        assert not [line for line in other if "Traceback" in line], boto3_log[-3000:]
+        assert foreign == [], f"boto3: messages that the test did not send: {foreign[:5]}"
+        assert boto3_ns == list(range(ROLL_PER_CONSUMER)), \
+            f"boto3: {len(boto3_ns)} deletes, {len(set(boto3_ns))} distinct of {ROLL_PER_CONSUMER}"
+        assert _pod_phase(c, pods[0]) == "Succeeded", boto3_log[-3000:]
+        assert bad == [], f"the Celery worker logged failures through the rolls: {bad[:10]}"
+        assert celery_ns == list(range(ROLL_PER_CONSUMER)), \
+            f"celery: {len(celery_ns)} runs, {len(set(celery_ns))} distinct of {ROLL_PER_CONSUMER}"
+        assert len({task_id for task_id, _, _ in celery}) == ROLL_PER_CONSUMER
+        assert _pod_phase(c, pods[1]) == "Running", celery_log[-3000:]
+        # Both consumed while the pods were replaced, and went on after (the top-up).
+        assert min(figures["done_during_the_rolls"].values()) > 0, figures
+        assert min(figures["done_after_the_rolls"].values()) > 0, figures
+        # No stall: a consumer whose poll loop ended would have waited for ever (up to the timeout).
+        assert max(figures["longest_pause_seconds_while_queued"].values()) < 60, figures
+        # The database: every message of both queues a completed job.
+        rows = c.sql("SELECT queue_name, count(*), count(*) FILTER (WHERE status = 'completed')"
+                     f" FROM tenure.all_jobs WHERE queue_name IN {sql_list([boto3_queue, celery_sqs_queue])}"
+                     " GROUP BY queue_name ORDER BY queue_name")
+        assert sorted(rows) == sorted([[boto3_queue, str(ROLL_PER_CONSUMER), str(ROLL_PER_CONSUMER)],
+                                       [celery_sqs_queue, str(ROLL_PER_CONSUMER), str(ROLL_PER_CONSUMER)]]), rows
+    finally:
+        for pod in pods:
+            log = c.kubectl("logs", pod, check=False).stdout
+            if log:
+                c.artifacts.mkdir(parents=True, exist_ok=True)
+                (c.artifacts / f"{pod}.log").write_text(log)
+        c.kubectl("delete", "pod", *pods, "--ignore-not-found", "--wait=false", check=False)
+        c.kubectl("delete", "configmap", "sqs-clients", "--ignore-not-found", check=False)
