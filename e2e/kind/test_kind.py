@@ -350,15 +350,27 @@ def test_pod_sigkill_mid_job_is_reaped_by_the_cronjob(cluster: Cluster) -> None:
              "+ reaper pod start")
 
 
+def _template_spec_hash(deployment: dict[str, Any]) -> str | None:
+    """The operator's hash of the JobQueue spec on a Deployment's pod template."""
+    metadata = deployment["spec"]["template"].get("metadata") or {}
+    return (metadata.get("annotations") or {}).get("tenure.dev/spec-hash")
+
+
 @pytest.mark.timeout(1500)
 def test_node_freeze_and_thaw_rejects_every_late_write(cluster: Cluster) -> None:
     c = cluster
     # The reaper waits 300 s past a lease's expiry, so the expired leases outlive
     # TenureExpiredLeases' `for: 2m` and page before they are reaped. (Any spec change rolls the
     # workers, so this happens before the freeze, not during it.)
+    # The roll is waited for by the pod template's spec hash: a Deployment still settled on the
+    # old template also has every replica updated and ready, and a roll that came only later (the
+    # operator applies a spec change at its next pass) took the frozen node's pods away mid-scenario.
+    old_hash = _template_spec_hash(c.get("deployment", f"{JQ}-worker"))
     c.patch_jobqueue(JQ, {"reaper": {"graceSeconds": 300}})
     wait_for("the workers rolled onto the new spec", lambda: (
-        (d := c.get("deployment", f"{JQ}-worker"))["status"].get("updatedReplicas", 0) >= 2
+        _template_spec_hash(d := c.get("deployment", f"{JQ}-worker")) != old_hash
+        and d["status"].get("observedGeneration", 0) >= d["metadata"].get("generation", 0)
+        and d["status"].get("updatedReplicas", 0) >= 2
         and d["status"].get("readyReplicas", 0) >= 2
         and d["status"].get("replicas", 0) == d["status"].get("updatedReplicas", 0)), 420)
     # Scenario 2's orphans may still hold TenureExpiredLeases pending: start the clock clean.
