@@ -131,6 +131,7 @@ def test_status_counts_blocked_jobs_and_changes_are_recorded(repo: Repository, c
     assert (keys["cold"]["running"], keys["cold"]["running_limit"], keys["cold"]["own_limit"],
             keys["cold"]["blocked"]) == (1, 5, True, 0)
     assert queue.keys_total == 2 and queue.blocked == 7 and queue.per_key_running == 3
+    assert repo.flow_key_limits("default") == {"cold": 5}  # the operator's read: own limits only
     (busiest,) = flow.flow_status(conn, schema=schema, keys=1)  # totals count every key, not those shown
     assert [k["flow_key"] for k in busiest.keys] == ["hot"] and (busiest.keys_total, busiest.blocked) == (2, 7)
     changes = flow.flow_changes(conn, schema=schema)

@@ -199,10 +199,10 @@ class FakeFlowRepo:
             return [{"queue": "other", "per_key_running": 1, "paused": False, "key_limits": 0}]
         return [{"queue": "emails", "per_key_running": self.per_key, "paused": False, "key_limits": own}]
 
-    def flow_key_status(self, queue: str, limit: int) -> list[dict[str, Any]]:
+    def flow_key_limits(self, queue: str) -> dict[str, int]:
         assert queue == "emails"
-        self.limits.append(limit)
-        return [{**r, "keys_total": len(self.rows)} for r in self.rows[:limit]]
+        self.limits.append(len(self.rows))
+        return {r["flow_key"]: r["running_limit"] for r in self.rows if r["own_limit"]}
 
 
 def _row(key: str, limit: int | None, own: bool) -> dict[str, Any]:
@@ -213,10 +213,10 @@ def test_read_flow_limits_reads_every_own_limit_even_behind_busy_keys() -> None:
     assert fg.read_flow_limits(FakeFlowRepo(None, []), "emails") == fg.FlowLimits()  # type: ignore[arg-type]
     repo = FakeFlowRepo(4, [])
     assert fg.read_flow_limits(repo, "emails") == fg.FlowLimits(4) and repo.limits == []  # type: ignore[arg-type]
-    busy = [_row(f"busy{i}", 4, False) for i in range(fg.FLOW_KEYS_FIRST_READ + 10)]
+    busy = [_row(f"busy{i}", 4, False) for i in range(2010)]
     repo = FakeFlowRepo(4, [*busy, _row("quiet", 9, True)])
     assert fg.read_flow_limits(repo, "emails") == fg.FlowLimits(4, {"quiet": 9})  # type: ignore[arg-type]
-    assert repo.limits == [fg.FLOW_KEYS_FIRST_READ, len(busy) + 1]
+    assert repo.limits == [len(busy) + 1]  # one read of the key limits, whatever the busy keys
 
 
 # --------------------------------------------------------------------------- the engine

@@ -239,27 +239,18 @@ class FlowApplied:
 #: (dsn, schema, queue, spec.flow, requested_by) -> what was applied; raises StatsUnavailable.
 FlowApplier = Callable[[str, str, str, FlowSpec, str], FlowApplied]
 
-#: Keys read at first when a queue has key limits (the busiest keys come first; a second read
-#: takes every key when the first missed some of the key limits).
-FLOW_KEYS_FIRST_READ = 2000
-
 
 def read_flow_limits(repo: FlowStore, queue: str) -> FlowLimits:
     """``queue``'s per-key cap and every key's own limit, through the repository's flow face
-    (``tenure.core.repository.FlowStore``): a queue without limits costs one small query."""
+    (``tenure.core.repository.FlowStore``): a queue without limits costs one small query, one
+    with key limits a second that reads only ``flow_keys`` (never the jobs)."""
     row = next((q for q in repo.flow_queue_list() if q["queue"] == queue), None)
     if row is None:
         return FlowLimits()
     per_key = int(row["per_key_running"] or 0)
-    own = int(row["key_limits"] or 0)
-    if own == 0:
+    if not row["key_limits"]:
         return FlowLimits(per_key)
-    rows = repo.flow_key_status(queue, max(FLOW_KEYS_FIRST_READ, 2 * own))
-    found = sum(1 for r in rows if r["own_limit"])
-    if found < own and rows and int(rows[0]["keys_total"]) > len(rows):
-        rows = repo.flow_key_status(queue, int(rows[0]["keys_total"]))
-    return FlowLimits(per_key, {str(r["flow_key"]): int(r["running_limit"])
-                                for r in rows if r["own_limit"]})
+    return FlowLimits(per_key, repo.flow_key_limits(queue))
 
 
 def apply_flow(dsn: str, schema: str, queue: str, wanted: FlowSpec, requested_by: str,

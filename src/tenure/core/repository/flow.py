@@ -32,6 +32,10 @@ class FlowQueries(RepositoryBase):
         assert row is not None
         return row
 
+    def flow_key_limits(self, queue: str) -> dict[str, int]:
+        """Every key of ``queue`` with a running limit of its own, and that limit."""
+        return {str(r["flow_key"]): int(r["running"]) for r in self._rows("flow_key_limit_list", {"queue": queue})}
+
     def flow_queue_list(self) -> list[Row]:
         """The queues with a flow limit: ``per_key_running``, ``paused``, ``key_limits``."""
         return self._rows("flow_queue_list")

@@ -62,6 +62,10 @@ WITH gone AS (
 )
 SELECT (SELECT running FROM gone) AS old_running WHERE (SELECT count(*) FROM notified) >= 0;
 
+-- name: flow_key_limit_list
+-- The flow keys of one queue that have a running limit of their own, with that limit (the flow_keys rows only: no job is read).
+SELECT flow_key, running FROM {schema}.flow_keys WHERE queue_name = %(queue)s ORDER BY flow_key;
+
 -- name: flow_queue_list
 -- The queues with a flow limit (per_key_running or a key's own), with their keyed running, ready and blocked counts.
 WITH limited AS (
