@@ -40,14 +40,18 @@ def test_stop_then_drain_runs_each_hook_once_even_after_one_fails() -> None:
 def test_a_drain_wakes_every_long_poll_and_answers_later_ones_at_once() -> None:
     wakeups = Wakeups(SqsConfig(dsn="x", schema="s"))
 
+    async def poll(queue: str) -> None:
+        with wakeups.subscribe(queue, wakeups.notified) as subscription:
+            await subscription.wait(20)
+
     async def scenario() -> float:
-        polls = [asyncio.create_task(wakeups.wait(q, 20)) for q in ("a", "a", "b")]
+        polls = [asyncio.create_task(poll(q)) for q in ("a", "a", "b")]
         await asyncio.sleep(0.05)
         assert wakeups.waiters() == 3
         started = time.monotonic()
         wakeups.drain()
         await asyncio.wait_for(asyncio.gather(*polls), 1)
-        await asyncio.wait_for(wakeups.wait("c", 20), 1)
+        await asyncio.wait_for(poll("c"), 1)
         assert wakeups.waiters() == 0
         return time.monotonic() - started
 

@@ -152,11 +152,6 @@ class Wakeups:
         value of :attr:`notified` read before the poll's first claim). Use as a context manager."""
         return Subscription(self, queue, woken=self.last_notified.get(queue, 0) > since)
 
-    async def wait(self, queue: str, timeout: float) -> None:
-        """Until the queue is notified, ``timeout`` seconds pass, or the server drains."""
-        with self.subscribe(queue, self.notified) as subscription:
-            await subscription.wait(timeout)
-
     def _wake(self, queue: str) -> None:
         self.notified += 1
         self.last_notified[queue] = self.notified
