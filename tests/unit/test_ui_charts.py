@@ -46,12 +46,12 @@ def test_bad_windows_and_queues() -> None:
             parse_queue(bad)
 
 
-def test_assemble_fills_missing_buckets_and_the_live_depth() -> None:
+def test_assemble_fills_missing_buckets() -> None:
     window = WINDOWS["1h"]
     starts = bucket_starts(1_800_000_000.0, window)
-    points = assemble(window, starts, {0: {"completed": 3}, 59: {"completed": 2}},
+    points = assemble(starts, {0: {"completed": 3}, 59: {"completed": 2}},
                       {5: {"failed_attempts": 4, "dead_lettered": 1}}, {7: {"jobs": 2, "p50": 0.5, "p95": 1.25}},
-                      {10: {"ready": 9, "blocked": 1, "running": 2}}, (4, 0, 1))
+                      {10: {"ready": 9, "blocked": 1, "running": 2}, 59: {"ready": 4, "blocked": 0, "running": 1}})
     assert len(points) == 60 and sum(p["completed"] for p in points) == 5
     assert points[5]["failed_attempts"] == 4 and points[5]["dead_lettered"] == 1
     assert (points[7]["wait_p50"], points[7]["wait_p95"], points[8]["wait_p50"]) == (0.5, 1.25, None)

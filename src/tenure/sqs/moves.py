@@ -7,7 +7,7 @@ It runs in one replica (its ``runner``, an asyncio task there): each batch is on
 moves the messages, counts them on the task and refreshes its heartbeat, and only while the task
 is still that runner's and running (a cancel, from any replica, stops it before its next batch).
 A task whose runner stopped (a restart, a crash) keeps its row; once its heartbeat is older than
-:func:`adoption_seconds`, the next sweep of any replica (:meth:`SqsService.sweep`) takes it over
+:func:`adoption_seconds`, the next sweep of any replica (:func:`tenure.sqs.app.sweeper`) takes it over
 and resumes it where it stopped."""
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def _fail(service: SqsService, handle: str, failure: str) -> None:
 
 
 def adopt(service: SqsService) -> int:
-    """Take over and run the tasks whose runner stopped (part of :meth:`SqsService.sweep`)."""
+    """Take over and run the tasks whose runner stopped (part of each sweep, :func:`tenure.sqs.app.sweeper`)."""
     with service.repo() as repo:
         rows = repo.sqs_move_task_adopt(service.replica_id, adoption_seconds(service))
     for row in rows:

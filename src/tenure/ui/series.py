@@ -80,16 +80,14 @@ def _float(row: dict[str, Any] | None, key: str) -> float | None:
     return round(float(row[key]), 6) if row and row.get(key) is not None else None
 
 
-def assemble(window: Window, starts: list[int], completed: dict[int, Any], failures: dict[int, Any],
-             wait: dict[int, Any], depth: dict[int, Any], live: tuple[int, int, int] | None) -> list[dict[str, Any]]:
+def assemble(starts: list[int], completed: dict[int, Any], failures: dict[int, Any],
+             wait: dict[int, Any], depth: dict[int, Any]) -> list[dict[str, Any]]:
     """One point per bucket from the queries' ``{bucket: row}``; a bucket without a depth
-    sample has ``None`` depths, and the current bucket takes ``live`` when given."""
+    sample has ``None`` depths."""
     points = []
     for i, start in enumerate(starts):
         d = depth.get(i)
         ready, blocked, running = ((_int(d, "ready"), _int(d, "blocked"), _int(d, "running")) if d else (None, None, None))
-        if live is not None and i == len(starts) - 1:
-            ready, blocked, running = live
         w = wait.get(i)
         points.append({"t": _at(start), "completed": _int(completed.get(i), "completed"),
                        "failed_attempts": _int(failures.get(i), "failed_attempts"),
@@ -109,13 +107,13 @@ def read(repo: SeriesReader, window: Window, queue: str | None) -> dict[str, Any
         raise SeriesError(f"no such queue {queue!r}")
     now = float(repo.db_now()["epoch"])
     starts = bucket_starts(now, window)
-    since, until = _at(starts[0]), _at(starts[-1] + window.bucket_seconds)
+    since, until = bounds(now, window)
     step = window.bucket_seconds
     # No live depth for the current bucket: the queue figures cost ~250 ms at 5M jobs (the
     # failed and cancelled counts); the current minute's sample shows once a reaper wrote it.
-    points = assemble(window, starts, repo.series_completed(since, until, step, queue),
+    points = assemble(starts, repo.series_completed(since, until, step, queue),
                       repo.series_failures(since, until, step, queue), repo.series_wait(since, until, step, queue),
-                      repo.series_depth(since, until, step, queue), None)
+                      repo.series_depth(since, until, step, queue))
     return {"queue": queue, "window": window.name, "bucket_seconds": step, "buckets": len(points),
             "from": since, "to": until, "now": _at(now),
             "totals": {k: sum(p[k] for p in points) for k in ("completed", "failed_attempts", "dead_lettered")},
