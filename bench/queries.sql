@@ -194,3 +194,15 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 SELECT coalesce(max(n), 0)::int AS held FROM (
     SELECT count(*) AS n FROM {schema}.jobs WHERE status = 'running' GROUP BY locked_by
 ) w;
+
+-- name: statements_full
+-- The statements of this database since the reset, with their whole text: calls and total time in ms (the flow-control scenarios pick the claim's statements out of them, bench/flowmath.py).
+SELECT calls, total_exec_time::float8 AS total_ms, query
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls > 0;
+
+-- name: tenure_job_times
+-- Every job in enqueue order (id), wherever it lives: when it was ready and when its last attempt started, in epoch seconds (the database clock), and its fence (claim order).
+SELECT id, extract(epoch FROM available_at)::float8 AS available, extract(epoch FROM started_at)::float8 AS started,
+       fence
+FROM {schema}.all_jobs ORDER BY id;

@@ -30,8 +30,10 @@ import psycopg
 from bench import payloads, stats
 from bench.compare import CONTENDERS, scenario_compare
 from bench.console import log
+from bench.fairness import scenario_fairness
 from bench.flow import scenario_flow
 from bench.flow_keys import scenario_flow_keys
+from bench.flow_rate import scenario_rate
 from bench.payloads import describe
 from bench.server import DATADIR_DEFAULT, Server, add_before_src, processes_cpu, start_server
 from bench.sqlfile import FLOOR_SCRIPT, bench_queries
@@ -52,8 +54,8 @@ from bench.systems import (
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SCENARIOS = ("compare", "floor", "sweep", "drain", "latency", "reaper", "scale", "heartbeat", "rss", "sustained",
-             "flow", "flow-keys")
-LONG_SCENARIOS = ("sustained", "flow", "flow-keys")
+             "flow", "flow-keys", "fairness", "rate")
+LONG_SCENARIOS = ("sustained", "flow", "flow-keys", "fairness", "rate")
 """Run only when named with --scenario (tens of minutes at full size)."""
 POLL = 0.05
 
@@ -551,7 +553,7 @@ def scenario_rss(server: Server, args: argparse.Namespace, rep: Report) -> None:
 RUNNERS = {"floor": scenario_floor, "sweep": scenario_sweep, "drain": scenario_drain, "latency": scenario_latency,
            "reaper": scenario_reaper, "scale": scenario_scale, "heartbeat": scenario_heartbeat,
            "rss": scenario_rss, "compare": scenario_compare, "sustained": scenario_sustained, "flow": scenario_flow,
-           "flow-keys": scenario_flow_keys}
+           "flow-keys": scenario_flow_keys, "fairness": scenario_fairness, "rate": scenario_rate}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -585,6 +587,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="flow: one arrival rate in jobs/s for every system instead (no capacity drain)")
     parser.add_argument("--flow-keys-jobs", type=int, default=0,
                         help="flow-keys: jobs per drain (default 50,000; 10,000 with --quick)")
+    parser.add_argument("--rate-jobs", type=int, default=0,
+                        help="rate: jobs per drain (default 10,000; 3,000 with --quick)")
     payloads.add_argument(parser)
     parser.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
     parser.add_argument("--output", type=Path, help="JSON results file (default bench/results/<time>.json)")
@@ -599,10 +603,10 @@ def main(argv: list[str] | None = None) -> int:
     args.systems = tuple(args.systems or SYSTEMS)
     if args.quick and args.runs == 3 and "--runs" not in (argv or sys.argv):
         args.runs = 1
-    if (args.sustained_jobs < 0 or args.flow_keys_jobs < 0 or args.flow_minutes < 0 or args.flow_rate < 0
-            or not 0 < args.flow_load <= 2):
-        parser.error("--sustained-jobs, --flow-keys-jobs, --flow-minutes and --flow-rate must be >= 0, "
-                     "--flow-load within (0, 2]")
+    if (args.sustained_jobs < 0 or args.flow_keys_jobs < 0 or args.rate_jobs < 0 or args.flow_minutes < 0
+            or args.flow_rate < 0 or not 0 < args.flow_load <= 2):
+        parser.error("--sustained-jobs, --flow-keys-jobs, --rate-jobs, --flow-minutes and --flow-rate must be "
+                     ">= 0, --flow-load within (0, 2]")
     scenarios = args.scenario or [s for s in SCENARIOS if s not in LONG_SCENARIOS]
     # The reaper logs one WARNING per recovered job; with 10k of them a console handler would
     # dominate the reaper figure, so tenure's own logging is kept to errors during the bench.

@@ -597,10 +597,20 @@ def test_1_example_gets_children_and_status(stack: Stack, example: dict[str, Any
      "flow.keys[].key must not contain a NUL character"),
     ({"flow": {"keys": [{"key": "tenant:a", "running": 1}, {"key": "tenant:a", "running": 2}]}},
      "Duplicate value"),
-    ({"flow": {"keys": [{"key": "tenant:a"}]}}, "Required value"),
+    ({"flow": {"keys": [{"key": "tenant:a"}]}}, "flow.keys[] needs running or weight"),
+    ({"flow": {"keys": [{"key": "tenant:a", "weight": 0}]}}, "flow.keys[].weight must be above 0"),
+    ({"flow": {"rateLimits": [{"name": "-smtp", "perSecond": 1}]}}, "should match"),
+    ({"flow": {"rateLimits": [{"name": "smtp", "perSecond": 0}]}},
+     "flow.rateLimits[].perSecond must be above 0"),
+    ({"flow": {"rateLimits": [{"name": "smtp", "perSecond": 1, "burst": 0}]}},
+     "should be greater than or equal to 1"),
+    ({"flow": {"rateLimits": [{"name": "smtp", "perSecond": 1}, {"name": "smtp", "perSecond": 2}]}},
+     "Duplicate value"),
 ], ids=["heartbeat-above-lease-third", "min-above-max", "bad-schedule", "flow-negative-running",
         "flow-negative-per-key", "flow-empty-key", "flow-blank-key", "flow-key-over-200-bytes",
-        "flow-key-with-nul", "flow-duplicate-keys", "flow-key-without-running"])
+        "flow-key-with-nul", "flow-duplicate-keys", "flow-key-without-running-or-weight",
+        "flow-zero-weight", "flow-bad-rate-name", "flow-zero-rate", "flow-zero-burst",
+        "flow-duplicate-rate-names"])
 def test_2_invalid_jobqueue_is_rejected_with_readable_message(
         stack: Stack, patch: dict[str, Any], message: str) -> None:
     from kubernetes.client.rest import ApiException
@@ -675,7 +685,8 @@ def test_2c_spec_flow_reaches_the_database_and_owns_the_queue_limits(
 
     stack.patch_spec({"flow": {"perKeyRunning": 3, "keys": [
         {"key": "tenant:a", "running": 1}, {"key": "tenant:b", "running": 5},
-        {"key": "tenant:c", "running": 0}]}})
+        {"key": "tenant:c", "running": 0}, {"key": "tenant:w", "weight": 4}],
+        "rateLimits": [{"name": "e2e-smtp", "perSecond": 5}]}})
 
     def applied(per_key: int | None, keys: dict[str, int]) -> Callable[[], dict[str, Any] | None]:
         def probe() -> dict[str, Any] | None:
@@ -690,12 +701,15 @@ def test_2c_spec_flow_reaches_the_database_and_owns_the_queue_limits(
 
     jq = wait_for(applied(3, {"tenant:a": 1, "tenant:b": 5}), 60, "spec.flow in the database",
                   stack.operator)
-    assert jq["status"]["flow"] == {"perKeyRunning": 3, "keyLimits": 2}
+    assert jq["status"]["flow"] == {"perKeyRunning": 3, "keyLimits": 2, "keyWeights": 1, "rateLimits": 1}
     with connect(stack.dsn) as conn:
         changes = flow.flow_changes(conn, queue=QUEUE, limit=20)
+        rates = {r["name"]: r for r in flow.rate_status(conn)}
     by_operator = [c for c in changes if c["changed_by"] == f"operator:{NS}/{NAME}"]
     assert {(c["flow_key"], c["new_value"]) for c in by_operator} == {
-        ("tenant:cli", None), ("tenant:a", "1"), ("tenant:b", "5"), (None, "3")}
+        ("tenant:cli", None), ("tenant:a", "1"), ("tenant:b", "5"), ("tenant:w", "4"), (None, "3")}
+    assert (rates["e2e-smtp"]["per_second"], rates["e2e-smtp"]["burst"]) == (5.0, 5)
+    assert rates["e2e-smtp"]["updated_by"] == f"operator:{NS}/{NAME}"
     events = stack.core.list_namespaced_event(
         NS, field_selector=f"involvedObject.name={NAME},involvedObject.kind=JobQueue").items
     assert any(e.reason == "FlowLimitsApplied" for e in events), [e.reason for e in events]
@@ -705,11 +719,14 @@ def test_2c_spec_flow_reaches_the_database_and_owns_the_queue_limits(
     wait_for(applied(3, {"tenant:a": 1, "tenant:b": 5}), 60, "tenant:b put back to 5",
              stack.operator)
 
-    # A key dropped from the spec and perKeyRunning 0 are removed from the database.
-    stack.patch_spec({"flow": {"perKeyRunning": 0, "keys": [{"key": "tenant:b", "running": 5}]}})
+    # Keys dropped from the spec, perKeyRunning 0 and the rate limit this JobQueue set are removed.
+    stack.patch_spec({"flow": {"perKeyRunning": 0, "keys": [{"key": "tenant:b", "running": 5}],
+                               "rateLimits": None}})
     jq = wait_for(applied(None, {"tenant:b": 5}), 60, "the smaller spec.flow in the database",
                   stack.operator)
-    assert jq["status"]["flow"] == {"perKeyRunning": 0, "keyLimits": 1}
+    assert jq["status"]["flow"] == {"perKeyRunning": 0, "keyLimits": 1, "keyWeights": 0, "rateLimits": 0}
+    with connect(stack.dsn) as conn:  # the rate limit this JobQueue set is deleted with its entry
+        assert "e2e-smtp" not in {r["name"] for r in flow.rate_status(conn)}
     assert stack.deployment().spec.template.metadata.annotations[hash_key] == before
 
     # Without spec.flow the limits stay as they are, for the CLI to manage.

@@ -58,8 +58,11 @@ def __dir__() -> list[str]:
 def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, schema: str = "tenure",
             queue: str = "default", idempotency_key: str | None = None, delay: float = 0.0,
             max_attempts: int = 5, correlation_id: str | None = None, priority: int = 0,
-            flow_key: str | None = None) -> EnqueueResult:
+            flow_key: str | None = None, rate_limit: str | None = None) -> EnqueueResult:
     """Enqueue on the caller's connection, inside the caller's transaction if one is open.
+
+    ``rate_limit`` names a rate limit, ``"NAME"`` (1 unit) or ``"NAME:UNITS"``: the claim takes
+    that many tokens from its bucket (docs/flow.md); an unknown name is a JobSpecError.
 
     The job (and its NOTIFY) become visible only when that transaction commits, so a job can
     never refer to a business change that rolled back (transactional outbox, R17).
@@ -68,7 +71,7 @@ def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, sc
     result = Repository(conn, schema).enqueue(task, payload, queue=queue, idempotency_key=idempotency_key,
                                               delay=delay, max_attempts=max_attempts,
                                               correlation_id=correlation_id, priority=priority,
-                                              flow_key=flow_key)
+                                              flow_key=flow_key, rate_limit=rate_limit)
     if idempotency_key is not None:
         from tenure.observability.producer_metrics import count_enqueue_dedup
         count_enqueue_dedup(queue, task, hit=not result.created)

@@ -101,9 +101,9 @@ class TenureTester:
     # -- running ------------------------------------------------------------------------------
     def drain(self, app: App, queues: Sequence[str] | None = None, *, timeout: float = DRAIN_TIMEOUT_DEFAULT,
               concurrency: int = 4, ready_only: bool = False) -> DrainResult:
-        """Run a real in-process worker for ``app`` until its queues have no ready or running
-        jobs (and, unless ``ready_only``, no scheduled ones such as retries waiting out their
-        backoff). AssertionError if that takes longer than ``timeout`` seconds."""
+        """Run a real in-process worker for ``app`` until its queues have no ready, blocked or
+        running jobs (and, unless ``ready_only``, no scheduled ones such as retries waiting out
+        their backoff). AssertionError if that takes longer than ``timeout`` seconds."""
         from prometheus_client import CollectorRegistry
 
         from tenure.worker.heartbeat import HeartbeatConfig
@@ -123,7 +123,9 @@ class TenureTester:
                 idle = not worker.slots.busy() and worker.state.ready
                 if idle:
                     stats = [s for s in self.repo.queue_stats(completed=False) if s.queue in names]
-                    if not any(s.ready or s.running or (s.scheduled and not ready_only) for s in stats):
+                    # Blocked jobs (held back by a rate limit or a handler's back-pressure) are
+                    # ready soon: wait for them as for ready ones.
+                    if not any(s.ready or s.blocked or s.running or (s.scheduled and not ready_only) for s in stats):
                         break
                 if time.monotonic() > deadline:
                     raise AssertionError(f"queues {list(names)} not drained within {timeout:g}s: {self._summary()}")

@@ -133,7 +133,7 @@ def _flow_list(env: dict[str, str]) -> dict[str, Any]:
     """`tenure flow list --json`: the queue ``default`` with its keys by name."""
     out = run_cli(env, "flow", "list", "--json")
     assert out.returncode == 0, out.stderr
-    queues = {q["queue"]: q for q in json.loads(out.stdout)}
+    queues = {q["queue"]: q for q in json.loads(out.stdout)["queues"]}
     assert set(queues) == {"default"}, queues
     q: dict[str, Any] = queues["default"]
     q["by_key"] = {k["flow_key"]: k for k in q["keys"]}

@@ -10,6 +10,7 @@ import struct
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,16 @@ def test_a_standard_queue_stores_message_group_id_as_the_flow_key(sqs: Any, dsn:
     first = sqs.receive_message(QueueUrl=limited, MaxNumberOfMessages=10)["Messages"]
     assert sorted(m["Body"] for m in first) == ["a", "b"]
     assert "Messages" not in sqs.receive_message(QueueUrl=limited, MaxNumberOfMessages=10)
+    # Fair shares, as SQS fair queues promise: a noisy group sent first does not hold back the
+    # quiet groups sent after it; each receive goes round-robin over the groups.
+    noisy = sqs.create_queue(QueueName="fair-noisy")["QueueUrl"]
+    for start in range(0, 60, 10):
+        sqs.send_message_batch(QueueUrl=noisy, Entries=[{"Id": f"n{i}", "MessageBody": "noisy",
+                                                         "MessageGroupId": "noisy"} for i in range(start, start + 10)])
+    sqs.send_message_batch(QueueUrl=noisy, Entries=[{"Id": f"{g}{i}", "MessageBody": g, "MessageGroupId": g}
+                                                    for g in ("q1", "q2", "q3") for i in range(3)])
+    shares = Counter(m["Body"] for m in sqs.receive_message(QueueUrl=noisy, MaxNumberOfMessages=8)["Messages"])
+    assert shares == {"noisy": 2, "q1": 2, "q2": 2, "q3": 2}, shares
 
 
 def test_redrive_to_dead_letter_queue_and_move_back(sqs: Any) -> None:

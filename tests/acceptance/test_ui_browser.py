@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+import tenure.flow
 from support.processes import run_cli, wait_for
-from tenure.core.repository import Repository
+from tenure.core.repository import JobSpec, Repository
 from ui_server import StrippingProxy, ui_process
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
@@ -31,7 +32,7 @@ WORKER = ["worker", "--app", "acceptance_tasks:app", "--lease", str(LEASE), "--h
           "--grace", str(GRACE), "--poll-interval", "0.1", "--concurrency", "2"]
 REAPER = ["reaper", "--interval", "0.2", "--grace", str(GRACE), "--heartbeat", str(HEARTBEAT),
           "--backoff-base", "0", "--backoff-max", "0"]
-PAGES = {"overview": "/", "jobs": "/jobs", "dlq": "/dlq", "periodic": "/periodic", "workers": "/workers"}
+PAGES = {"overview": "/", "flow": "/flow", "jobs": "/jobs", "dlq": "/dlq", "periodic": "/periodic", "workers": "/workers"}
 
 
 def chromium_path() -> str:
@@ -182,6 +183,58 @@ def test_the_flow_key_filter_and_the_job_page_show_the_key(repo: Repository, cli
         assert not w.errors and not w.failed, (w.errors, w.failed)
 
 
+def test_the_flow_page_shows_a_key_and_a_rate_limit_and_an_admin_changes_a_weight(
+        repo: Repository, cli_env: dict[str, str], tmp_path: Path, watched: Callable[..., Watched]) -> None:
+    repo.enqueue_many([JobSpec("bill", queue="tenants", flow_key="tenant:acme") for _ in range(3)]
+                      + [JobSpec("bill", queue="tenants", flow_key="tenant:b")])
+    tenure.flow.set_per_key_running(repo.conn, "tenants", 1, schema=repo.schema, requested_by="test")
+    tenure.flow.set_rate_limit(repo.conn, "smtp", 5, burst=10, schema=repo.schema, requested_by="test")
+    with ui_process(cli_env, tmp_path / "ui.log") as url:
+        w = watched()
+        w.page.goto(f"{url}/")
+        w.page.click("[data-nav=flow]")
+        row = w.page.locator('section[data-flow-queue=tenants] tr[data-flow-key="tenant:acme"]')
+        row.wait_for()
+        cells = row.locator("td").all_inner_texts()
+        assert cells[:6] == ["tenant:acme", "0", "1 queue", "1", "3", "2"], cells
+        rate = w.page.locator("tr[data-rate-limit=smtp] td").all_inner_texts()
+        assert rate[:4] == ["smtp", "5", "10", "no"], rate
+        row.locator("[data-action=flow-key-edit]").click()
+        form = w.page.locator("form[data-flow-form=key]")
+        assert (form.locator("[data-field=queue]").input_value(), form.locator("[data-field=key]").input_value()) == (
+            "tenants", "tenant:acme")
+        form.locator("[data-field=weight]").fill("3")
+        form.locator("[data-action=flow-key-set]").click()
+        w.page.wait_for_selector("#notice.ok")
+        assert "tenant:acme: weight 3" in w.page.inner_text("#notice")
+        w.page.wait_for_selector('tr[data-flow-key="tenant:acme"] td[data-weight="3"]')
+        (tenants,) = tenure.flow.flow_status(repo.conn, schema=repo.schema)
+        assert {k["flow_key"]: k.get("weight") for k in tenants.keys}["tenant:acme"] == 3
+        (change, *_) = tenure.flow.flow_changes(repo.conn, schema=repo.schema)
+        assert (change["changed_by"], change["flow_key"], change["setting"]) == ("ui:anonymous", "tenant:acme", "weight")
+        assert not w.errors and not w.failed, (w.errors, w.failed)
+        # Bad input: the server's one message in the notice (a 400, which the console reports), and nothing changes.
+        form.locator("[data-field=weight]").fill("5000")
+        form.locator("[data-field=weight]").evaluate("e => e.removeAttribute('max')")
+        form.locator("[data-action=flow-key-set]").click()
+        w.page.wait_for_selector("#notice.error")
+        assert "weight" in w.page.inner_text("#notice")
+        assert tenure.flow.flow_changes(repo.conn, schema=repo.schema)[0]["id"] == change["id"]
+        assert [f.split()[0] for f in w.failed] == ["400"] and len(w.errors) == 1 and "400" in w.errors[0]
+        # A rate limit: Edit fills its form, Save changes it, Delete asks first.
+        w.page.click("tr[data-rate-limit=smtp] [data-action=rate-limit-edit]")
+        rate_form = w.page.locator("form[data-flow-form=rate]")
+        assert rate_form.locator("[data-field=name]").input_value() == "smtp"
+        rate_form.locator("[data-field=per_second]").fill("7")
+        rate_form.locator("[data-action=rate-limit-set]").click()
+        w.page.wait_for_selector("tr[data-rate-limit=smtp] td[data-per-second='7']")
+        assert [(r["per_second"], r["burst"]) for r in tenure.flow.rate_status(repo.conn, schema=repo.schema)] == [(7, 10)]
+        w.page.click("tr[data-rate-limit=smtp] [data-action=rate-limit-delete]")
+        w.page.click("dialog[open] [data-confirm=yes]")
+        w.page.wait_for_selector("[data-empty=rate-limits]")
+        assert tenure.flow.rate_status(repo.conn, schema=repo.schema) == []
+
+
 def test_read_only_renders_no_action_and_a_direct_post_gets_403(repo: Repository, cli_env: dict[str, str],
                                                                  tmp_path: Path, watched: Callable[..., Watched]) -> None:
     job_id = repo.enqueue("email", {}).id
@@ -315,6 +368,19 @@ def _chart_history(repo: Repository) -> None:
                     "FROM generate_series(1, 59) m, unnest(ARRAY['emails', 'billing']) q")
 
 
+def _flow_settings(repo: Repository) -> None:
+    """Keys with a queue limit, one key's own limit and weight, and two rate limits, for the Flow page."""
+    repo.enqueue_many([JobSpec("send_invoice_email", {"invoice_id": 4300 + i}, queue="emails",
+                               flow_key=f"tenant:{('acme', 'acme', 'acme', 'globex', 'initech')[i % 5]}")
+                       for i in range(14)])
+    schema = repo.schema
+    tenure.flow.set_per_key_running(repo.conn, "emails", 2, schema=schema, requested_by="ui:ada")
+    tenure.flow.set_key_running(repo.conn, "emails", "tenant:globex", 4, schema=schema, requested_by="ui:ada")
+    tenure.flow.set_key_weight(repo.conn, "emails", "tenant:acme", 3, schema=schema, requested_by="ui:ada")
+    tenure.flow.set_rate_limit(repo.conn, "smtp", 20, burst=40, schema=schema, requested_by="cli:ops@node-a")
+    tenure.flow.set_rate_limit(repo.conn, "partner-api", 0.5, per_key=True, schema=schema, requested_by="ui:ada")
+
+
 def test_screenshots_of_every_page(repo: Repository, cli_env: dict[str, str], tmp_path: Path,
                                    watched: Callable[..., Watched]) -> None:
     from datetime import datetime, timezone
@@ -330,6 +396,7 @@ def test_screenshots_of_every_page(repo: Repository, cli_env: dict[str, str], tm
     repo.worker_register("w-demo-1", host="node-a", pid=4242, queues=["emails", "billing"], concurrency=8,
                          heartbeat_seconds=5, version="0.1.0", lease_seconds=30)
     _chart_history(repo)
+    _flow_settings(repo)
     target = shots_dir(tmp_path)
     shots = {**PAGES, "queue": "/queues/emails"}
     with ui_process(cli_env, tmp_path / "ui.log") as url:

@@ -1,4 +1,5 @@
-"""The short chaos run CI executes: fixed seed, real processes, every fault kind, all invariants.
+"""The short chaos run CI executes: fixed seed, real processes, every fault kind, all invariants,
+flow keys under a per-key limit and a rate limit.
 
 Runs `tenure chaos` as a subprocess (the same command users run) on its own embedded PostgreSQL,
 so the PostgreSQL restart fault is exercised too. Fails on any violated invariant, and also when
@@ -28,7 +29,7 @@ every invariant; at least one must have checked a fenced attempt."""
 COMMAND = ["chaos", "--jobs", "300", "--duration", "40", "--workers", "3", "--reapers", "2", "--lease", "2",
            "--heartbeat", "0.5", "--grace", "1", "--reaper-interval", "0.5", "--max-lease-total", "6",
            "--kills-per-kind", "3", "--hangs", "2", "--sigstops", "2", "--partitions", "2", "--pg-restarts", "1",
-           "--gap-restarts", "2", "--slow-completions", "1", "--skew", "5m", "--quiet"]
+           "--gap-restarts", "2", "--slow-completions", "1", "--skew", "5m", "--rate-limit", "12/6", "--quiet"]
 
 
 def _chaos_run(tmp_path: Path, seed: int) -> dict[str, Any]:
@@ -89,5 +90,14 @@ def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
     flow = figures["flow"]
     assert flow["per_key_running"] == 2 and flow["peak_running_per_key"] == 2, flow
     assert flow["samples_at_limit"] >= 10, flow
+    # Issue 38: every job names a rate limit of 12/s with a burst of 6, under the production's
+    # 7.5 jobs/s, so it binds after each stall: the burst was spent and the bucket ran dry, and no
+    # second started more than 18 (rate_within_limit above). Every attempt counts, reaped ones too.
+    rate = figures["rate"]
+    assert rate["starts"] == figures["attempts"] and rate["jobs_stored_without_it"] == 0, rate
+    assert rate["peak_units_in_window"] > 12 and rate["starts_leaving_bucket_dry"] >= 10, rate
+    # ...and every key with a runnable job and room was served within the bound (keys_served above).
+    keys = figures["keys_served"]
+    assert keys["keys"] == 6 and keys["waits"] >= 100 and keys["wait_seconds"]["max"] <= keys["bound_seconds"], keys
     offsets = report["clock_skew"]["observed_offsets_by_pid"].values()
     assert any(o > 290 for o in offsets) and any(o < -290 for o in offsets), report["clock_skew"]

@@ -32,7 +32,7 @@ from tenure.worker.metrics import db_reconnects_counter
 pytestmark = pytest.mark.integration
 
 AGE_FIELDS = ("oldest_ready_age_seconds", "oldest_running_age_seconds", "heartbeat_lag_max_seconds",
-              "heartbeat_lag_p95_seconds")
+              "heartbeat_lag_p95_seconds", "oldest_unblocked_wait_seconds")
 GAUGES = {
     "running_expired": "tenure_queue_running_expired_leases",
     "oldest_ready_age_seconds": "tenure_queue_oldest_ready_age_seconds",
@@ -45,6 +45,8 @@ GAUGES = {
     "paused": "tenure_queue_paused",
     "max_running": "tenure_queue_max_running",
     "keys_at_limit": "tenure_flow_keys_at_limit",
+    "oldest_unblocked_wait_seconds": "tenure_flow_oldest_unblocked_wait_seconds",
+    "oldest_unblocked_job_id": "tenure_flow_oldest_unblocked_job_id",
 }
 
 
@@ -85,6 +87,9 @@ def _stats_from_metrics(metrics: dict[str, dict[tuple[tuple[str, str], ...], flo
             queues.setdefault(dict(labels)["queue"], {})[field] = value
     for labels, value in metrics.get("tenure_queue_reaped_jobs_total", {}).items():
         queues.setdefault(dict(labels)["queue"], {})["reaped_total"] = value
+    for labels, value in metrics.get("tenure_flow_blocked_jobs", {}).items():
+        d = dict(labels)
+        queues.setdefault(d["queue"], {})[f"blocked_{d['reason']}"] = value
     return queues
 
 
@@ -131,6 +136,18 @@ def _populate(dsn: str, schema: str, repo: Repository) -> None:
     repo.flow_per_key_set("tenants", 1, requested_by="test")
     assert sorted(str(j.flow_key) for j in repo.claim("w-live", ["tenants"], 10, 60)) == ["a", "b"]
 
+    # Rate limits (rows written by SQL: the counts are tested apart from the rate-limit API): "api"
+    # is empty, "hold" is paused by a handler, "per" is per key (its fewest tokens: k2's 0.25).
+    s = f'"{schema}"'
+    repo.conn.execute(f"INSERT INTO {s}.rate_limits (name, per_second, burst, per_key) VALUES "
+                      "('api', 0.001, 2, false), ('hold', 10, 10, false), ('per', 0.001, 4, true)")
+    repo.conn.execute(f"INSERT INTO {s}.rate_buckets (limit_name, flow_key, tokens, paused_until) VALUES "
+                      "('api', '', 0, NULL), ('hold', '', 10, now() + interval '1 hour'), "
+                      "('per', 'k1', 1.5, NULL), ('per', 'k2', 0.25, NULL)")
+    ids = [repo.enqueue("call", queue="rated").id for _ in range(3)]
+    repo.conn.execute(f"UPDATE {s}.jobs SET rate_limit = r FROM unnest(%(ids)s::bigint[], %(rates)s::text[]) AS "
+                      "u(id, r) WHERE jobs.id = u.id", {"ids": ids, "rates": ["api", "hold", None]})
+
 
 def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> None:
     _populate(dsn, schema, repo)
@@ -145,8 +162,21 @@ def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> N
         after = repo.queue_stats()
     finally:
         _stop(server, collector)
-    assert set(scraped) == {"emails", "images", "paused-q", "tenants"}
-    assert samples["tenure_flow_blocked_jobs"][(("queue", "tenants"), ("reason", "concurrency"))] == 2
+    assert set(scraped) == {"emails", "images", "paused-q", "tenants", "rated"}
+    blocked = samples["tenure_flow_blocked_jobs"]
+    assert blocked[(("queue", "tenants"), ("reason", "concurrency"))] == 2
+    assert {r: blocked[(("queue", "rated"), ("reason", r))] for r in ("concurrency", "backpressure", "rate")} == \
+        {"concurrency": 0, "backpressure": 1, "rate": 1}
+    assert {r: blocked[(("queue", "emails"), ("reason", r))] for r in ("concurrency", "backpressure", "rate")} == \
+        {"concurrency": 0, "backpressure": 0, "rate": 0}  # every queue, every reason: 0 when none
+    tokens, paused = samples["tenure_rate_limit_tokens"], samples["tenure_rate_limit_paused"]
+    assert tokens[(("limit", "api"),)] < 0.01 and tokens[(("limit", "hold"),)] == 0  # paused: none to take
+    assert 0.25 <= tokens[(("limit", "per"),)] < 0.26
+    assert {k[0][1]: v for k, v in paused.items()} == {"api": 0, "hold": 1, "per": 0}
+    # The oldest job nothing holds back: on flow queues only (keys or rate limits).
+    waits = samples["tenure_flow_oldest_unblocked_wait_seconds"]
+    assert set(waits) == {(("queue", "tenants"),), (("queue", "rated"),)}
+    assert samples["tenure_flow_oldest_unblocked_job_id"][(("queue", "tenants"),)] == 0  # every key at its limit
     exp_before, exp_after = _expected(before), _expected(after)
     for queue, values in exp_before.items():
         got = scraped[queue]
@@ -158,6 +188,10 @@ def test_scrape_equals_queue_stats(dsn: str, schema: str, repo: Repository) -> N
     # The workload really reached every state the exporter reports.
     emails, images, tenants = exp_before["emails"], exp_before["images"], exp_before["tenants"]
     assert (tenants["ready"], tenants["blocked"], tenants["running"], tenants["keys_at_limit"]) == (0, 2, 2, 2)
+    assert (exp_before["rated"]["ready"], exp_before["rated"]["blocked"]) == (1, 2)
+    # Jobs without a key are one key, taken first in, first out: the runnable one waits behind them.
+    assert "oldest_unblocked_job_id" not in exp_before["rated"]
+    assert samples["tenure_flow_oldest_unblocked_job_id"][(("queue", "rated"),)] == 0
     assert (emails["ready"], emails["scheduled"], emails["running"], emails["completed"], emails["failed"]) == \
         (1, 1, 1, 2, 1)
     assert emails["redelivered"] == 1 and emails["live_workers"] == 1 and emails["oldest_running_age_seconds"] > 0

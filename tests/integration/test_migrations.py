@@ -20,6 +20,8 @@ pytestmark = pytest.mark.integration
 def _dump(dsn: str, schema: str) -> str:
     out = subprocess.run([str(bin_dir() / "pg_dump"), "--schema-only", "--no-owner", "--no-privileges",
                           "-n", schema, dsn], check=True, capture_output=True, text=True).stdout
+    # Functions keep the search_path they were created with (SET search_path FROM CURRENT).
+    out = out.replace(f"'\"{schema}\"'", "'SCHEMA'").replace(f"'{schema}'", "'SCHEMA'")
     out = out.replace(f'"{schema}"', "SCHEMA").replace(f"{schema}.", "SCHEMA.").replace(f" {schema};", " SCHEMA;")
     lines = [ln for ln in out.splitlines() if ln and not ln.startswith("--")
              and not re.match(r"^\\(un)?restrict ", ln) and not ln.startswith("SET ")
@@ -67,8 +69,28 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
             Repository(conn, f"x_{uuid.uuid4().hex[:8]}").check_schema()
 
 
+def _undo_0014(conn: object, schema: str) -> None:
+    """Back to version 13: no rate limits, weights or flow_claim; keyed jobs in the priority index."""
+    for stmt in ("DROP FUNCTION {s}.flow_claim", "DROP FUNCTION {s}.rate_take",
+                 "DROP TABLE {s}.rate_buckets", "DROP TABLE {s}.rate_limits",
+                 "DROP INDEX {s}.flow_changes_rate_limit_idx", "ALTER TABLE {s}.flow_changes DROP COLUMN rate_limit",
+                 "ALTER TABLE {s}.flow_changes ALTER COLUMN queue_name SET NOT NULL",
+                 "ALTER TABLE {s}.flow_keys DROP COLUMN weight, DROP COLUMN deficit",
+                 "ALTER TABLE {s}.flow_keys ALTER COLUMN running SET NOT NULL",
+                 "ALTER TABLE {s}.queues DROP COLUMN flow_cursor",
+                 "DROP INDEX {s}.jobs_flow_level_idx, {s}.jobs_rate_ready_idx, {s}.jobs_ready_priority_idx",
+                 "CREATE INDEX jobs_ready_priority_idx ON {s}.jobs (queue_name, priority DESC, available_at, id) "
+                 "WHERE status = 'pending'",
+                 "DROP VIEW {s}.all_jobs",
+                 "ALTER TABLE {s}.job_history DROP COLUMN rate_limit, DROP COLUMN rate_units",
+                 "ALTER TABLE {s}.jobs DROP COLUMN rate_limit, DROP COLUMN rate_units",
+                 "CREATE VIEW {s}.all_jobs AS SELECT * FROM {s}.jobs UNION ALL SELECT * FROM {s}.job_history"):
+        conn.execute(stmt.format(s=f'"{schema}"'))  # type: ignore[attr-defined]
+
+
 def _undo_0013(conn: object, schema: str) -> None:
-    """Back to version 12: the move tasks of `tenure sqs` in its processes only."""
+    """Back to version 12: the move tasks of `tenure sqs` in its processes only (0014 undone first)."""
+    _undo_0014(conn, schema)
     conn.execute(f'DROP TABLE "{schema}".sqs_move_tasks')  # type: ignore[attr-defined]
 
 

@@ -98,7 +98,8 @@ def _scrape(port: int) -> dict[str, dict[str, float]]:
              "tenure_queue_heartbeat_lag_max_seconds": "heartbeat_lag_max_seconds",
              "tenure_queue_heartbeat_lag_p95_seconds": "heartbeat_lag_p95_seconds",
              "tenure_queue_dead_letter_jobs": "failed", "tenure_queue_redelivered_jobs": "redelivered",
-             "tenure_queue_live_workers": "live_workers", "tenure_queue_reaped_jobs_total": "reaped_total"}
+             "tenure_queue_live_workers": "live_workers", "tenure_queue_reaped_jobs_total": "reaped_total",
+             "tenure_flow_oldest_unblocked_wait_seconds": "oldest_unblocked_wait_seconds"}
     for family in text_string_to_metric_families(body.decode()):
         for s in family.samples:
             if s.name == "tenure_queue_jobs":
@@ -134,6 +135,20 @@ def _sqs_traffic(port: int) -> None:
         raise AssertionError("GetQueueUrl of a missing queue succeeded")
     except ClientError as exc:
         assert exc.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def _flow_queue(repo: Repository, schema: str) -> None:
+    """A flow queue no worker serves, for the "Flow control" row: keyed jobs, a per-key running
+    limit, and a rate limit whose bucket a handler paused (rate-limit rows written by SQL)."""
+    for i in range(4):
+        repo.enqueue("noop", {}, queue="flow-live", flow_key=f"tenant:{i % 2}")
+    repo.flow_per_key_set("flow-live", 2, requested_by="live-test")
+    s = f'"{schema}"'
+    repo.conn.execute(f"INSERT INTO {s}.rate_limits (name, per_second, burst) VALUES ('live-api', 1, 5)")
+    repo.conn.execute(f"INSERT INTO {s}.rate_buckets (limit_name, tokens, paused_until) "
+                      "VALUES ('live-api', 0, now() + interval '1 hour')")
+    repo.conn.execute(f"UPDATE {s}.jobs SET rate_limit = 'live-api' WHERE queue_name = 'flow-live' "
+                      "AND flow_key = 'tenant:1'")
 
 
 def _feed(dsn: str, schema: str, stop: threading.Event) -> None:
@@ -194,6 +209,7 @@ def test_every_panel_and_alert_expression_against_a_live_prometheus(
         limit = subprocess.run([sys.executable, "-m", "tenure.cli", "queues", "limit", "live", "--max-running", "100"],
                                env=tenure_env, capture_output=True, text=True, timeout=60)
         assert limit.returncode == 0, limit.stderr  # a global limit that never binds: its gauge has data
+        _flow_queue(repo, schema)
         feeder.start()
 
         # Freeze the victim worker while it holds its job: the lease expires, the reaper
@@ -295,7 +311,7 @@ def test_every_panel_and_alert_expression_against_a_live_prometheus(
     before = _stats_json(tenure_env)
     scraped = _scrape(ports["exporter"])
     after = _stats_json(tenure_env)
-    assert set(before) == set(scraped) == set(after) == {"live", "victim", "sqs-live"}
+    assert set(before) == set(scraped) == set(after) == {"live", "victim", "sqs-live", "flow-live"}
     for queue, figures in before.items():
         for field, value in figures.items():
             if field.endswith("_seconds"):
@@ -305,4 +321,7 @@ def test_every_panel_and_alert_expression_against_a_live_prometheus(
                 assert scraped[queue][field] == value == after[queue][field], (queue, field)
     assert before["live"]["failed"] == 3 and before["victim"]["reaped_total"] == 1
     assert before["live"]["live_workers"] == 0  # both workers stopped cleanly
+    flow = before["flow-live"]  # tenant:1's two jobs wait for a paused bucket; tenant:0's are runnable
+    assert (flow["ready"], flow["blocked"], flow["blocked_backpressure"]) == (2, 2, 2)
+    assert flow["oldest_unblocked_wait_seconds"] > 0
 

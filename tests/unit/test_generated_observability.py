@@ -22,6 +22,7 @@ from tenure.observability.alerts import (
     render_rules,
     runbook_anchor,
 )
+from tenure.observability.dashboard_flow import FLOW_ROW_TITLE, RATE_LIMIT_METRICS
 from tenure.observability.dashboard_sqs import SQS_METRICS, SQS_ROW_TITLE
 from tenure.observability.dashboards import DASHBOARD_UIDS, build_dashboards, render_dashboard
 from tenure.sqs.metrics import SqsMetrics
@@ -30,11 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_STEMS = ("overview", "lease-health", "retries-dedup")
 METRIC_RE = re.compile(r"\b(tenure_[a-z0-9_]+)(\{[^}]*\})?")
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
-#: Metrics with no queue label (one reaper serves every queue of a schema): the only ones a
-#: panel may show without the $queue filter.
+#: Metrics with no queue label (one reaper serves every queue of a schema, a rate limit is
+#: shared by every queue): the only ones a panel may show without the $queue filter.
 SCHEMA_WIDE_METRICS = {
     "tenure_reaper_last_cycle_timestamp_seconds",
     "tenure_reaper_last_cycle_duration_seconds",
+    *RATE_LIMIT_METRICS,
 }
 
 
@@ -124,7 +126,7 @@ REQUIRED_ALERTS = {
     "TenureOldestRunningJobTooOld", "TenureReaperTooAggressive", "TenureDedupHitRateSpike",
     "TenureRetryStorm", "TenureDeadLetterQueueGrowing", "TenureOldestReadyJobOverSLA",
     "TenureJobsPilingUpWorkersAlive", "TenureExporterDown", "TenureClaimsStalled",
-    "TenureDatabaseReconnectBurst",
+    "TenureDatabaseReconnectBurst", "TenureFlowStarvation",
 }
 
 
@@ -410,6 +412,22 @@ def test_overview_has_an_sqs_api_row_charting_every_sqs_metric() -> None:
     others = "\n".join(t["expr"] for stem, d in _committed_dashboards().items() for p in d["panels"]
                         for t in p["targets"] if stem != "overview" or p not in panels)
     assert "tenure_sqs_" not in others
+
+
+def test_overview_has_a_flow_control_row_above_the_sqs_row() -> None:
+    dashboard = _committed_dashboards()["overview"]
+    rows = [p for p in dashboard["panels"] if p["type"] == "row"]
+    assert [r["title"] for r in rows] == [FLOW_ROW_TITLE, SQS_ROW_TITLE]
+    start = dashboard["panels"].index(rows[0])
+    panels = dashboard["panels"][start + 1:dashboard["panels"].index(rows[1])]
+    joined = "\n".join(t["expr"] for p in panels for t in p["targets"])
+    for metric in ("tenure_flow_blocked_jobs", "tenure_flow_keys_at_limit", "tenure_rate_limit_tokens",
+                   "tenure_rate_limit_paused", "tenure_flow_oldest_unblocked_wait_seconds"):
+        assert metric in joined, metric
+    assert "by (queue, reason)" in joined
+    starvation = next(p for p in panels if "tenure_flow_oldest_unblocked_wait_seconds" in p["targets"][0]["expr"])
+    steps = starvation["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1]["value"] == AlertThresholds().flow_starvation_wait_seconds
 
 
 def test_dashboard_thresholds_follow_alert_settings() -> None:

@@ -1,11 +1,13 @@
-"""spec.flow of a JobQueue (issue 38 item 7, per-key running limits): parsing and validation
-(the same verdicts as the CRD's schema and CEL rules), the plan that brings the database in
-line, and the engine's level-based application, condition and status."""
+"""spec.flow of a JobQueue (issue 38 item 7): parsing and validation (the same verdicts as the
+CRD's schema and CEL rules, for every field of spec.flow), the plan that brings the database in
+line, and the engine's level-based application, condition and status. Key weights and rate
+limits in detail: test_operator_flow_rates.py."""
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +17,7 @@ from support.operator_fakes import NS, T0, FakeKube, add_secret, adopter, body, 
 from tenure.operator import crd
 from tenure.operator import engine as en
 from tenure.operator import figures as fg
+from tenure.operator import flowspec as fs
 from tenure.operator import manifests as mf
 from tenure.operator import spec as s
 
@@ -59,7 +62,7 @@ def test_good_flow_parses_and_running_zero_means_no_own_limit() -> None:
     ({"keys": ["tenant:a"]}, r"spec\.flow\.keys\[0\] must be an object"),
     ({"keys": [{"key": "a", "running": -1}]}, r"spec\.flow\.keys\[0\]\.running must be a whole"),
     ({"keys": [{"key": "a", "running": 2.5}]}, r"spec\.flow\.keys\[0\]\.running must be an integer"),
-    ({"keys": [{"key": "a"}]}, r"spec\.flow\.keys\[0\]\.running is required"),
+    ({"keys": [{"key": "a"}]}, r"spec\.flow\.keys\[0\] needs running or weight"),
     ({"keys": [{"running": 1}]}, r"spec\.flow\.keys\[0\]\.key is required"),
     ({"keys": [{"key": "", "running": 1}]}, r"spec\.flow\.keys\[0\]\.key: flow key must not be empty"),
     ({"keys": [{"key": "  ", "running": 1}]}, r"spec\.flow\.keys\[0\]\.key: flow key must not be empty"),
@@ -80,10 +83,12 @@ def test_bad_flow_is_refused_naming_the_field(flow: Any, message: str) -> None:
 
 # What each CEL rule of spec.flow means, in Python: a rule added or changed without its meaning
 # here fails test_every_flow_rule_has_a_python_meaning.
-CEL_MEANING: dict[str, Callable[[str], bool]] = {
+CEL_MEANING: dict[str, Callable[[Any], bool]] = {
     "self.trim().size() > 0": lambda v: bool(v.strip()),
     f"bytes(self).size() <= {s.FLOW_KEY_MAX_BYTES}": lambda v: len(v.encode()) <= s.FLOW_KEY_MAX_BYTES,
     "!self.contains('\\u0000')": lambda v: "\x00" not in v,
+    "has(self.running) || has(self.weight)": lambda v: "running" in v or "weight" in v,
+    "self > 0.0": lambda v: v > 0,
 }
 
 
@@ -108,11 +113,14 @@ def _schema_accepts(schema: dict[str, Any], value: Any) -> bool:
         if ok and schema.get("x-kubernetes-list-type") == "map":
             ids = [tuple(v.get(k) for k in schema["x-kubernetes-list-map-keys"]) for v in value]
             ok = len(ids) == len(set(ids))
-    elif kind == "integer":
-        ok = (isinstance(value, int) and not isinstance(value, bool)
+    elif kind in ("integer", "number"):
+        ok = (isinstance(value, int if kind == "integer" else int | float) and not isinstance(value, bool)
               and schema["minimum"] <= value <= schema["maximum"])
+    elif kind == "boolean":
+        ok = isinstance(value, bool)
     elif kind == "string":
-        ok = isinstance(value, str) and schema["minLength"] <= len(value) <= schema["maxLength"]
+        ok = (isinstance(value, str) and schema["minLength"] <= len(value) <= schema["maxLength"]
+              and re.search(schema.get("pattern", ""), value) is not None)
     else:
         raise AssertionError(f"type {kind} not modelled")
     return ok and all(CEL_MEANING[r["rule"]](value) for r in schema.get("x-kubernetes-validations", []))
@@ -147,14 +155,49 @@ def _python_accepts(flow: Any) -> bool:
     {"keys": [{"key": "a", "running": 1}, {"key": "a", "running": 1}]},
     {"keys": [{"key": f"k{i}", "running": 1} for i in range(s.FLOW_KEYS_MAX)]},
     {"keys": [{"key": f"k{i}", "running": 1} for i in range(s.FLOW_KEYS_MAX + 1)]},
+    {"keys": [{"key": "a", "weight": 2}]}, {"keys": [{"key": "a", "weight": 0.25, "running": 3}]},
+    {"keys": [{"key": "a", "weight": 1000}]}, {"keys": [{"key": "a", "weight": 1000.5}]},
+    {"keys": [{"key": "a", "weight": 0}]}, {"keys": [{"key": "a", "weight": -1}]},
+    {"keys": [{"key": "a", "weight": "2"}]}, {"keys": [{"key": "a", "weight": True}]},
+    {"keys": [{"key": "a", "running": 0}]}, {"keys": [{"key": "a", "weight": 1}]},
+    {"rateLimits": []},
+    {"rateLimits": [{"name": "smtp", "perSecond": 10}]},
+    {"rateLimits": [{"name": "api.v2-x_y", "perSecond": 0.5, "burst": 3, "perKey": True}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": 1_000_000, "burst": 1_000_000}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": 1_000_001}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": 0}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": -2.5}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": "10"}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": 10, "burst": 0}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": 10, "burst": 1_000_001}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": 10, "burst": 2.5}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": 10, "perKey": "yes"}]},
+    {"rateLimits": [{"name": "", "perSecond": 10}]},
+    {"rateLimits": [{"name": "-smtp", "perSecond": 10}]},
+    {"rateLimits": [{"name": "smtp mail", "perSecond": 10}]},
+    {"rateLimits": [{"name": "é", "perSecond": 10}]},
+    {"rateLimits": [{"name": "x" * 100, "perSecond": 10}]},
+    {"rateLimits": [{"name": "x" * 101, "perSecond": 10}]},
+    {"rateLimits": [{"name": "smtp"}]},
+    {"rateLimits": [{"perSecond": 10}]},
+    {"rateLimits": [{"name": "smtp", "perSecond": 10}, {"name": "smtp", "perSecond": 20}]},
+    {"rateLimits": [{"name": f"r{i}", "perSecond": 1} for i in range(fs.FLOW_RATE_LIMITS_MAX)]},
+    {"rateLimits": [{"name": f"r{i}", "perSecond": 1} for i in range(fs.FLOW_RATE_LIMITS_MAX + 1)]},
 ])
 def test_python_and_the_crd_give_the_same_verdict(flow: dict[str, Any]) -> None:
     assert _python_accepts(flow) is _schema_accepts(_flow_schema(), flow), flow
 
 
+def _rules(node: Any) -> list[str]:
+    """Every CEL rule under ``node``, depth first."""
+    if isinstance(node, dict):
+        own = [r["rule"] for r in node.get("x-kubernetes-validations", [])]
+        return own + [r for k, v in node.items() if k != "x-kubernetes-validations" for r in _rules(v)]
+    return [r for v in node for r in _rules(v)] if isinstance(node, list) else []
+
+
 def test_every_flow_rule_has_a_python_meaning() -> None:
-    key = _flow_schema()["properties"]["keys"]["items"]["properties"]["key"]
-    assert [r["rule"] for r in key["x-kubernetes-validations"]] == list(CEL_MEANING)
+    assert set(_rules(_flow_schema())) == set(CEL_MEANING)
 
 
 def test_flow_has_no_default_so_an_absent_flow_leaves_the_database_alone() -> None:
@@ -164,8 +207,12 @@ def test_flow_has_no_default_so_an_absent_flow_leaves_the_database_alone() -> No
     keys = schema["properties"]["keys"]
     assert keys["x-kubernetes-list-type"] == "map" and keys["x-kubernetes-list-map-keys"] == ["key"]
     assert keys["maxItems"] == s.FLOW_KEYS_MAX
-    # Placeholders for later work are described, not declared.
-    assert set(schema["properties"]) == {"perKeyRunning", "keys"}
+    # A defaulted weight would make every entry pass "running or weight": none is declared.
+    assert "default" not in keys["items"]["properties"]["weight"]
+    rates = schema["properties"]["rateLimits"]
+    assert rates["x-kubernetes-list-type"] == "map" and rates["x-kubernetes-list-map-keys"] == ["name"]
+    assert "default" not in rates["items"]["properties"]["burst"]  # absent: tenure.flow.default_burst
+    assert set(schema["properties"]) == {"perKeyRunning", "keys", "rateLimits"}
 
 
 def test_a_flow_change_restarts_no_pod() -> None:
@@ -189,34 +236,42 @@ def test_plan_changes_only_what_differs_and_removes_unlisted_keys() -> None:
 
 
 class FakeFlowRepo:
-    def __init__(self, per_key: int | None, rows: list[dict[str, Any]]) -> None:
-        self.per_key, self.rows = per_key, rows
-        self.limits: list[int] = []
+    """The repository's flow face over a queue's flow_keys rows and the rate_limits table."""
+
+    def __init__(self, per_key: int | None, rows: list[dict[str, Any]],
+                 rates: list[dict[str, Any]] | None = None) -> None:
+        self.per_key, self.rows, self.rates = per_key, rows, rates or []
+        self.reads: list[str] = []
 
     def flow_queue_list(self) -> list[dict[str, Any]]:
-        own = sum(1 for r in self.rows if r["own_limit"])
-        if self.per_key is None and not own:
+        self.reads.append("queues")
+        if self.per_key is None and not self.rows:
             return [{"queue": "other", "per_key_running": 1, "paused": False, "key_limits": 0}]
-        return [{"queue": "emails", "per_key_running": self.per_key, "paused": False, "key_limits": own}]
+        return [{"queue": "emails", "per_key_running": self.per_key, "paused": False, "key_limits": 0}]
 
-    def flow_key_limits(self, queue: str) -> dict[str, int]:
+    def flow_key_settings(self, queue: str) -> list[dict[str, Any]]:
         assert queue == "emails"
-        self.limits.append(len(self.rows))
-        return {r["flow_key"]: r["running_limit"] for r in self.rows if r["own_limit"]}
+        self.reads.append("keys")
+        return self.rows
+
+    def flow_rate_settings(self, names: list[str], owner: str) -> list[dict[str, Any]]:
+        self.reads.append("rates")
+        return [r for r in self.rates if r["name"] in names or r["updated_by"] == owner]
 
 
-def _row(key: str, limit: int | None, own: bool) -> dict[str, Any]:
-    return {"flow_key": key, "running_limit": limit, "own_limit": own}
+def _row(key: str, running: int | None, weight: float = 1.0) -> dict[str, Any]:
+    return {"flow_key": key, "running": running, "weight": weight}
 
 
-def test_read_flow_limits_reads_every_own_limit_even_behind_busy_keys() -> None:
+def test_read_flow_limits_reads_the_control_tables_only() -> None:
     assert fg.read_flow_limits(FakeFlowRepo(None, []), "emails") == fg.FlowLimits()  # type: ignore[arg-type]
     repo = FakeFlowRepo(4, [])
-    assert fg.read_flow_limits(repo, "emails") == fg.FlowLimits(4) and repo.limits == []  # type: ignore[arg-type]
-    busy = [_row(f"busy{i}", 4, False) for i in range(2010)]
-    repo = FakeFlowRepo(4, [*busy, _row("quiet", 9, True)])
-    assert fg.read_flow_limits(repo, "emails") == fg.FlowLimits(4, {"quiet": 9})  # type: ignore[arg-type]
-    assert repo.limits == [len(busy) + 1]  # one read of the key limits, whatever the busy keys
+    assert fg.read_flow_limits(repo, "emails") == fg.FlowLimits(4)  # type: ignore[arg-type]
+    # A key row carries a running limit, a weight or both (flow_keys_has_setting).
+    repo = FakeFlowRepo(4, [_row("quiet", 9), _row("big", None, 4.0), _row("both", 2, 0.5)])
+    assert fg.read_flow_limits(repo, "emails") == fg.FlowLimits(  # type: ignore[arg-type]
+        4, {"quiet": 9, "both": 2}, {"big": 4.0, "both": 0.5})
+    assert repo.reads == ["queues", "keys", "rates"]  # one read each, whatever the jobs
 
 
 # --------------------------------------------------------------------------- the engine
@@ -269,7 +324,7 @@ def test_spec_flow_is_applied_level_based_with_condition_status_and_event() -> N
                          f"operator:{NS}/mail")]
     # The JobQueue owns every key limit of its queue: the CLI's "cli" is gone.
     assert db.limits == fg.FlowLimits(3, {"a": 1, "b": 5})
-    assert out.status["flow"] == {"perKeyRunning": 3, "keyLimits": 2}
+    assert out.status["flow"] == {"perKeyRunning": 3, "keyLimits": 2, "keyWeights": 0, "rateLimits": 0}
     flow_cond = cond(out, "FlowApplied")
     assert (flow_cond["status"], flow_cond["reason"]) == ("True", "Applied")
     assert flow_cond["observedGeneration"] == 4
@@ -298,7 +353,7 @@ def test_removing_spec_flow_retires_the_condition_and_status_but_keeps_the_limit
     db = FakeFlowDb()
     b = body(_spec({"keys": [{"key": "a", "running": 2}]}))
     out = _pass(kube, b, db)
-    assert out.status["flow"] == {"perKeyRunning": 0, "keyLimits": 1}
+    assert out.status["flow"] == {"perKeyRunning": 0, "keyLimits": 1, "keyWeights": 0, "rateLimits": 0}
     nb = _next(b, out, _spec())
     gone = _pass(kube, nb, db, now=T0 + dt.timedelta(minutes=1))
     assert len(db.calls) == 1 and db.limits == fg.FlowLimits(0, {"a": 2})

@@ -11,7 +11,7 @@ import bcrypt
 import pytest
 
 from tenure.core.errors import ConfigError
-from tenure.ui import api, openapi
+from tenure.ui import api, flow_api, openapi
 from tenure.ui.auth import Authenticator, AuthError, Identity, load_users
 from tenure.ui.config import UiConfig, normalise_prefix
 from tenure.ui.filters import FilterError, filter_to_query, parse_cursor, parse_filter, parse_limit
@@ -121,7 +121,7 @@ def test_mutation_checks_role_form_types_origin_and_token() -> None:
 
 def test_openapi_documents_exactly_the_served_routes() -> None:
     paths = openapi.document("/p")["paths"]
-    served = {f"/{path}": method.lower() for method, path, _, _ in api.ROUTES} | {"/events": "get"}
+    served = {f"/{path}": method.lower() for method, path, _, _ in api.ROUTES + flow_api.ROUTES} | {"/events": "get"}
     assert set(paths) == set(served)
     for path, method in served.items():
         assert method in paths[path], path

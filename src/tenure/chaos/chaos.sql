@@ -150,6 +150,39 @@ GROUP BY flow_key ORDER BY count(*) DESC LIMIT 1;
 SELECT extract(epoch FROM sampled_at)::float8 AS sampled_at, flow_key, running, live
 FROM {schema}.chaos_flow_samples ORDER BY id;
 
+-- name: chaos_attempts
+-- Every attempt of the run's jobs, by start (a job never claimed: one row, no start), with its job's flow key, rate limit, units, enqueue time and pending cancel: rate_within_limit and keys_served.
+-- A claim writes no audit row: an attempt is the record that ended it (its `fence` and
+-- `started_at`, the claim's now(), in `detail`; a reaped attempt's reap too), or the running row.
+-- `ended_at` is that record's time (NULL while running), `delay` how long after it the job was
+-- runnable again when it went back to the queue (a reap's or retry's backoff; 0 when not recorded).
+WITH ended AS (
+    SELECT DISTINCT ON (e.job_id, e.detail ->> 'fence') e.job_id,
+           (e.detail ->> 'started_at')::timestamptz AS started_at, e.created_at AS ended_at, e.event,
+           coalesce((e.detail ->> 'delay_seconds')::float8, (e.detail ->> 'retry_after')::float8, 0) AS delay
+    FROM {schema}.job_events e
+    WHERE e.queue_name = %(queue)s AND e.detail ? 'fence' AND e.detail ? 'started_at'
+    ORDER BY e.job_id, e.detail ->> 'fence', e.id
+), attempts AS (
+    SELECT job_id, started_at, ended_at, event, delay FROM ended
+    UNION ALL
+    SELECT id, started_at, NULL, NULL, 0 FROM {schema}.jobs WHERE queue_name = %(queue)s AND status = 'running'
+), cancels AS (
+    SELECT job_id, min(created_at) AS at FROM {schema}.job_events
+    WHERE queue_name = %(queue)s AND event = 'cancelled' AND detail ->> 'previous_status' = 'pending'
+    GROUP BY job_id
+)
+SELECT j.id AS job_id, j.flow_key, j.rate_limit, j.rate_units,
+       extract(epoch FROM j.created_at)::float8 AS created_at,
+       extract(epoch FROM c.at)::float8 AS cancelled_pending_at,
+       extract(epoch FROM a.started_at)::float8 AS started_at,
+       extract(epoch FROM a.ended_at)::float8 AS ended_at, a.event, a.delay
+FROM {schema}.all_jobs j
+LEFT JOIN attempts a ON a.job_id = j.id
+LEFT JOIN cancels c ON c.job_id = j.id
+WHERE j.queue_name = %(queue)s
+ORDER BY a.started_at NULLS LAST, j.id;
+
 -- name: chaos_capacity_samples
 -- Every per-worker held-job sample of the run, oldest first.
 SELECT extract(epoch FROM sampled_at)::float8 AS sampled_at, worker_id, pid, concurrency, held, tokens

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tenure.chaos.invariants import Timing
 from tenure.core.errors import ConfigError
+from tenure.flow import check_burst, check_per_second, default_burst
 
 JOBS_DEFAULT = 300
 DURATION_DEFAULT = 40.0
@@ -34,6 +35,10 @@ FLOW_KEYS_DEFAULT = 6
 """Flow keys the run's jobs are spread over (job n gets key n mod this; issue 38)."""
 PER_KEY_RUNNING_DEFAULT = 2
 """The run queue's running limit per flow key: 6 keys x 2 = the default fleet's 12 handler slots."""
+RATE_LIMIT_NAME = "chaos-rate"
+"""The rate limit every job of the run names when ``rate_per_second`` is set (one shared bucket)."""
+POLL_INTERVAL = 0.2
+"""The workers' ``--poll-interval``: how long an idle worker may wait before it claims again."""
 FAULT_GAP = 1.0
 """Seconds of calm between two process-level faults, so each reap has one cause."""
 HUNG_PER_WORKER_LIMIT = 2
@@ -105,6 +110,11 @@ class ChaosConfig:
     """Flow keys of the jobs (0: none); checked by ``flow_within_limit``."""
     per_key_running: int = PER_KEY_RUNNING_DEFAULT
     """The queue's running limit per flow key (0: none)."""
+    rate_per_second: float = 0.0
+    """Tokens per second of the rate limit every job names (0: no rate limit); checked by
+    ``rate_within_limit``."""
+    rate_burst: int | None = None
+    """The rate limit's burst (None: one second's tokens, at least 1)."""
 
     def validate(self) -> None:
         if self.jobs < 1:
@@ -129,6 +139,12 @@ class ChaosConfig:
             raise ConfigError("work times must satisfy 0 <= min <= max")
         if self.flow_keys < 0 or self.per_key_running < 0:
             raise ConfigError("flow keys and the per-key running limit must be >= 0")
+        if self.rate_per_second:
+            check_per_second(self.rate_per_second)
+            if self.rate_burst is not None:
+                check_burst(self.rate_burst)
+        elif self.rate_burst is not None:
+            raise ConfigError("a burst needs a rate limit: give its rate too, as --rate-limit RATE/BURST")
         if self.skew < 0 or self.recovery_margin < 0 or self.settle_timeout <= 0:
             raise ConfigError("skew and margin must be >= 0, settle timeout positive")
         for name in ("kills_per_kind", "hangs", "sigstops", "partitions", "pg_restarts", "gap_restarts",
@@ -163,6 +179,13 @@ class ChaosConfig:
             "timeouts": pick(self.timeouts, max(2, round(minutes))),
             "slow_completions": pick(self.slow_completions, max(1, round(0.2 * budget))),
         }
+
+    @property
+    def burst(self) -> int:
+        """The rate limit's burst as created (0 without a rate limit)."""
+        if not self.rate_per_second:
+            return 0
+        return self.rate_burst if self.rate_burst is not None else default_burst(self.rate_per_second)
 
     def timing(self) -> Timing:
         """The timing the invariants check recoveries against."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from tenure.chaos import QUEUE
-from tenure.chaos.config import ChaosConfig
+from tenure.chaos.config import POLL_INTERVAL, ChaosConfig
 from tenure.chaos.journal import Journal
 from tenure.chaos.store import ChaosStore
 
@@ -98,7 +98,7 @@ class Fleet:
             args = ["worker", "--app", "tenure.chaos.tasks:app", "--queue", QUEUE,
                     "--concurrency", str(c.concurrency), "--lease", str(c.lease), "--heartbeat", str(c.heartbeat),
                     "--grace", str(c.grace), "--max-lease-total", str(c.max_lease_total),
-                    "--poll-interval", "0.2", "--drain-timeout", "2"]
+                    "--poll-interval", str(POLL_INTERVAL), "--drain-timeout", "2"]
         else:
             args = ["reaper", "--interval", str(c.reaper_interval), "--grace", str(c.grace),
                     "--heartbeat", str(c.heartbeat),

@@ -45,12 +45,12 @@ from typing import Any
 import psycopg
 
 from tenure.chaos import QUEUE, TIMED_TASK
-from tenure.chaos.config import ChaosConfig
+from tenure.chaos.config import POLL_INTERVAL, RATE_LIMIT_NAME, ChaosConfig
 from tenure.chaos.faults import FaultPlan, Injector, make_plan, skew_for, skew_method, upstream, worker_env
 from tenure.chaos.fleet import Fleet
 from tenure.chaos.invariants import Verdict, check_all
 from tenure.chaos.invariants_control import check_job_control
-from tenure.chaos.invariants_flow import check_flow
+from tenure.chaos.invariants_flow import RateLimit, Service, check_flow, check_keys_served, check_rate
 from tenure.chaos.journal import Journal
 from tenure.chaos.loop import Cadence, Hooks, Progress, run_until_settled
 from tenure.chaos.producer import Pace, Producer
@@ -59,6 +59,7 @@ from tenure.chaos.store import ChaosStore
 from tenure.core.db import connect
 from tenure.core.embedded import EmbeddedServer, ensure_server
 from tenure.core.repository import JobSpec, Repository
+from tenure.flow import set_rate_limit
 
 log = logging.getLogger("tenure.chaos")
 
@@ -133,6 +134,9 @@ class ChaosHarness:
             ChaosStore(conn, self.schema).setup()
             if self.config.flow_keys and self.config.per_key_running:
                 repo.flow_per_key_set(QUEUE, self.config.per_key_running, requested_by="tenure-chaos")
+            if self.config.rate_per_second:
+                set_rate_limit(conn, RATE_LIMIT_NAME, self.config.rate_per_second, burst=self.config.burst,
+                               schema=self.schema, requested_by="tenure-chaos")
         self.journal.attach(self.dsn)
         self.journal.measure_offset()
 
@@ -159,6 +163,7 @@ class ChaosHarness:
             return JobSpec(task=TIMED_TASK if marker == "overrun" else "chaos.job", queue=QUEUE,
                            max_attempts=c.max_attempts, idempotency_key=f"chaos-job:{n}",
                            flow_key=f"chaos-key:{n % c.flow_keys}" if c.flow_keys else None,
+                           rate_limit=RATE_LIMIT_NAME if c.rate_per_second else None,
                            payload={"n": n, "work_ms": round(plan.work_ms[n], 1),
                                     **({"fault": marker} if marker is not None else {})})
 
@@ -248,6 +253,7 @@ class ChaosHarness:
         check_job_control(verdict, jobs=jobs, faults=faults, reaps=reaps, pause_claims=pause_claims,
                           timeout_jobs=timeout_jobs)
         check_flow(verdict, store.flow_samples(), per_key_running=c.per_key_running if c.flow_keys else 0)
+        self._check_rates_and_keys(verdict, store.attempts(QUEUE), faults, run_end)
         if self.proxy is not None:
             verdict.figures["proxy_connections_dropped"] = self.proxy.connections_dropped
         skew = {"method": skew_method, "requested_seconds": c.skew,
@@ -256,6 +262,17 @@ class ChaosHarness:
         return ChaosReport(ok=verdict.ok, config={**asdict(c), "fault_counts": c.counts()}, seed=c.seed,
                            schema=self.schema, database=database, wall_seconds=round(wall, 1), clock_skew=skew,
                            skipped=self.skipped, violations=verdict.violations, figures=verdict.figures)
+
+    def _check_rates_and_keys(self, verdict: Verdict, attempts: list[dict[str, Any]], faults: list[dict[str, Any]],
+                              run_end: float) -> None:
+        """``rate_within_limit`` and ``keys_served`` over every attempt of the run."""
+        c = self.config
+        limit = RateLimit(RATE_LIMIT_NAME, c.rate_per_second, c.burst) if c.rate_per_second else None
+        check_rate(verdict, attempts, limit=limit, every_job=True)
+        service = Service(keys=c.flow_keys or 1, per_key_running=c.per_key_running if c.flow_keys else 0,
+                          slots=c.workers * c.concurrency, work_max=c.work_ms_max / 1000, poll=POLL_INTERVAL,
+                          margin=c.recovery_margin, per_second=c.rate_per_second)
+        check_keys_served(verdict, attempts, faults, service=service, timing=c.timing(), run_end=run_end)
 
     def _cleanup(self) -> None:
         problem = self.journal.close(drop_schema=not self.keep)
@@ -280,6 +297,22 @@ def _flow_line(flow: dict[str, Any]) -> str:
     return (f"{flow.get('peak_running_per_key')} ({flow.get('peak_live_per_key')}) vs {flow['per_key_running']}; "
             f"{flow.get('samples_at_limit', 0)} of {flow.get('samples', 0)} samples at the limit, "
             f"{flow.get('samples_above', 0)} above")
+
+
+def _rate_line(rate: dict[str, Any]) -> str:
+    if not rate.get("limit"):
+        return "no rate limit"
+    return (f"{rate.get('peak_units_in_window')} vs {rate.get('allowed_per_window'):g} "
+            f"({rate['per_second']:g}/s + burst {rate['burst']}); {rate.get('starts')} starts "
+            f"({rate.get('reaped_starts')} reaped), {rate.get('starts_leaving_bucket_dry')} left the bucket dry, "
+            f"{rate.get('windows_above', 0)} window(s) above")
+
+
+def _keys_line(keys: dict[str, Any]) -> str:
+    wait = keys.get("wait_seconds") or {}
+    return (f"{wait.get('p50')} / {wait.get('p99')} / {wait.get('max')} s (bound {keys.get('bound_seconds')}s, "
+            f"{keys.get('waits', 0)} waits over {keys.get('keys', 0)} keys; worst key {keys.get('worst_key')!r}, "
+            f"{keys.get('max_wait_before_excuses')}s before fault excuses)")
 
 
 def format_report(report: ChaosReport) -> str:
@@ -315,6 +348,8 @@ def format_report(report: ChaosReport) -> str:
             **f.get("returned_attempts_reaped", {"excused": 0, "violations": 0}))),
         ("held per worker: peak vs concurrency (slow completions)", _capacity_line(f.get("capacity") or {})),
         ("running per flow key: peak (live leases) vs limit", _flow_line(f.get("flow") or {})),
+        ("rate limit: peak units started in 1 s vs allowed", _rate_line(f.get("rate") or {})),
+        ("key waits with room, p50/p99/max", _keys_line(f.get("keys_served") or {})),
         ("recovery of killed jobs p50/p99/max", f"{rec.get('p50')} / {rec.get('p99')} / {rec.get('max')} s "
                                                 f"(n={rec.get('n')}, bound {f.get('recovery_bound_seconds')}s)"),
         ("recovery, all faults p50/p99/max", f"{allrec.get('p50')} / {allrec.get('p99')} / {allrec.get('max')} s "

@@ -56,7 +56,8 @@ Row = dict[str, Any]
 
 INVARIANTS = ("all_terminal", "guarded_effect_exactly_once", "guarded_body_once_across_restart", "single_completion",
               "stale_writes_fenced", "no_early_reap", "recovery_bounded", "cancel_sticks", "pause_respected",
-              "timeout_retried", "success_not_rerun", "held_within_capacity", "flow_within_limit")
+              "timeout_retried", "success_not_rerun", "held_within_capacity", "flow_within_limit",
+              "rate_within_limit", "keys_served")
 KILL_KINDS = ("kill_before_effect", "kill_after_effect", "kill_during_ack")
 HELD_KINDS = ("sigstop", "partition_drop", "partition_blackhole")
 """Faults that hold one worker process away from the database for longer than its lease."""

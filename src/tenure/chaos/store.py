@@ -140,6 +140,10 @@ class ChaosStore:
     def flow_samples(self) -> list[Row]:
         return self._rows("chaos_flow_samples")
 
+    def attempts(self, queue: str) -> list[Row]:
+        """Every attempt of the queue's jobs by start, and the jobs never claimed (``chaos_attempts``)."""
+        return self._rows("chaos_attempts", {"queue": queue})
+
     def clock_offsets(self) -> list[Row]:
         return self._rows("chaos_clock_offsets")
 

@@ -41,7 +41,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         hangs=args.hangs, sigstops=args.sigstops, partitions=args.partitions, pg_restarts=args.pg_restarts,
         gap_restarts=args.gap_restarts, cancels=args.cancels, queue_pauses=args.queue_pauses, timeouts=args.timeouts,
         slow_completions=args.slow_completions, skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout,
-        flow_keys=args.flow_keys, per_key_running=args.per_key_running)
+        flow_keys=args.flow_keys, per_key_running=args.per_key_running, rate_per_second=args.rate_limit[0],
+        rate_burst=args.rate_limit[1])
     config.validate()
     if args.ha:
         return _cmd_chaos_ha(args, config)
@@ -57,6 +58,15 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     Path(args.report).write_text(report.to_json() + "\n", encoding="utf-8")
     print(f"report written to {args.report}")
     return 0 if report.ok else 1
+
+
+def rate_limit(text: str) -> tuple[float, int | None]:
+    """``RATE`` or ``RATE/BURST`` (tokens per second, bucket size) as (rate, burst or None); ``0``: none."""
+    rate, sep, burst = text.partition("/")
+    try:
+        return float(rate), int(burst) if sep else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid rate limit {text!r} (use RATE or RATE/BURST, e.g. 12/6)") from None
 
 
 def _harness_failed(e: BaseException) -> int:
@@ -131,6 +141,9 @@ def register(sub: Any) -> None:
                    help="flow keys the jobs are spread over (0: none; default %(default)s)")
     p.add_argument("--per-key-running", type=count, default=cfg.PER_KEY_RUNNING_DEFAULT,
                    help="the queue's running limit per flow key, checked in every sample (0: none; default %(default)s)")
+    p.add_argument("--rate-limit", type=rate_limit, default=(0.0, None), metavar="RATE[/BURST]",
+                   help="a rate limit every job names: RATE tokens per second, a bucket of BURST (default: one "
+                        "second's tokens); checked by rate_within_limit (0: none; default 0)")
     p.add_argument("--skew", type=duration, default=cfg.SKEW_DEFAULT,
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
     p.add_argument("--recovery-margin", type=duration, default=cfg.RECOVERY_MARGIN_DEFAULT,

@@ -16,9 +16,11 @@ from tenure.cli.common import command, duration, open_repo, positive_int
 from tenure.core.backoff import MAX_ATTEMPTS_DEFAULT
 from tenure.core.errors import ConfigError, JobSpecError
 from tenure.core.repository import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, EnqueueStore, JobSpec, iter_batches
+from tenure.core.repository.specs import check_rate_limits_known
 
 ORDER = 20
-FILE_FIELDS = ("task", "payload", "queue", "max_attempts", "delay", "idempotency_key", "priority", "flow_key")
+FILE_FIELDS = ("task", "payload", "queue", "max_attempts", "delay", "idempotency_key", "priority", "flow_key",
+               "rate_limit")
 INSERT_BATCH = 5000
 
 
@@ -34,8 +36,11 @@ def register(sub: Any) -> None:
                    help=f"integer in [{PRIORITY_MIN}, {PRIORITY_MAX}], default {PRIORITY_DEFAULT}; higher runs first")
     p.add_argument("--flow-key", default=None,
                    help="what flow control counts by, e.g. tenant:acme (at most 200 bytes; docs/flow.md)")
+    p.add_argument("--rate-limit", default=None, metavar="NAME[:UNITS]",
+                   help="a rate limit (tenure flow rate) the claim takes UNITS tokens of, 1 when omitted (docs/flow.md)")
     p.add_argument("--from-file", default=None,
-                   help="JSON lines: {task, payload, queue, idempotency_key, max_attempts, delay, priority, flow_key}; "
+                   help="JSON lines: {task, payload, queue, idempotency_key, max_attempts, delay, priority, flow_key, "
+                        "rate_limit}; "
                         "the flags give "
                         "the defaults; one bad line refuses the whole file")
     p.set_defaults(func=cmd_enqueue)
@@ -60,13 +65,15 @@ def spec_from_line(item: Any, defaults: argparse.Namespace) -> JobSpec:
     spec = JobSpec(task=task, payload=item.get("payload", {}), queue=item.get("queue", defaults.queue),
                    max_attempts=item.get("max_attempts", defaults.max_attempts), delay=delay,
                    idempotency_key=item.get("idempotency_key"), priority=item.get("priority", defaults.priority),
-                   flow_key=item.get("flow_key", defaults.flow_key))
+                   flow_key=item.get("flow_key", defaults.flow_key),
+                   rate_limit=item.get("rate_limit", defaults.rate_limit))
     spec.validate()
     return spec
 
 
-def read_job_file(path: str, defaults: argparse.Namespace) -> list[JobSpec]:
-    """Every job of a JSON-lines file, validated; the first bad line raises with ``path:line:``."""
+def read_job_file(path: str, defaults: argparse.Namespace) -> list[tuple[int, JobSpec]]:
+    """Every job of a JSON-lines file with its line number, validated; the first bad line raises
+    with ``path:line:``."""
     specs = []
     try:
         with open(path, encoding="utf-8") as fh:
@@ -74,7 +81,7 @@ def read_job_file(path: str, defaults: argparse.Namespace) -> list[JobSpec]:
                 if not line.strip():
                     continue
                 try:
-                    specs.append(spec_from_line(json.loads(line), defaults))
+                    specs.append((lineno, spec_from_line(json.loads(line), defaults)))
                 except json.JSONDecodeError as exc:
                     raise JobSpecError(f"{path}:{lineno}: not valid JSON: {exc}") from None
                 except JobSpecError as exc:
@@ -84,14 +91,30 @@ def read_job_file(path: str, defaults: argparse.Namespace) -> list[JobSpec]:
     return specs
 
 
+def _check_rate_limits(repo: EnqueueStore, path: str, lines: list[tuple[int, JobSpec]]) -> None:
+    """The file's first line naming an unknown rate limit, or more units than its burst, as a
+    JobSpecError with ``path:line:`` (the insert would refuse it too, without the line)."""
+    rated = [(lineno, rate) for lineno, spec in lines if (rate := spec.rate) is not None]
+    if not rated:
+        return
+    bursts = repo.enqueue_rate_limits(name for _, (name, _) in rated)
+    for lineno, rate in rated:
+        try:
+            check_rate_limits_known([rate], bursts)
+        except JobSpecError as exc:
+            raise JobSpecError(f"{path}:{lineno}: {exc}") from None
+
+
 def cmd_enqueue(args: argparse.Namespace) -> int:
     if args.from_file is not None:
         if args.task is not None:
             raise ConfigError("give a TASK or --from-file, not both")
-        specs = read_job_file(args.from_file, args)
+        lines = read_job_file(args.from_file, args)
+        specs = [spec for _, spec in lines]
         conn, repository = open_repo(args)
         repo: EnqueueStore = repository
         with conn, conn.transaction():  # all or nothing: one transaction for every batch
+            _check_rate_limits(repo, args.from_file, lines)
             inserted = sum(repo.enqueue_many(batch) for batch in iter_batches(specs, INSERT_BATCH))
         print(f"enqueued {inserted} of {len(specs)} jobs ({len(specs) - inserted} duplicates skipped)")
         return 0
@@ -102,12 +125,12 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     except (json.JSONDecodeError, TypeError) as exc:  # TypeError: argparse turns `--payload=--` into a list
         raise ConfigError(f"--payload is not valid JSON: {exc}") from None
     JobSpec(args.task, payload, args.queue, args.max_attempts, args.delay, args.idempotency_key,
-            args.priority, args.flow_key).validate()
+            args.priority, args.flow_key, args.rate_limit).validate()
     conn, repository = open_repo(args)
     store: EnqueueStore = repository
     with conn:
         result = store.enqueue(args.task, payload, queue=args.queue, idempotency_key=args.idempotency_key,
                               delay=args.delay, max_attempts=args.max_attempts, priority=args.priority,
-                              flow_key=args.flow_key)
+                              flow_key=args.flow_key, rate_limit=args.rate_limit)
     print(result.id if result.created else f"{result.id} (existing job with this idempotency key)")
     return 0

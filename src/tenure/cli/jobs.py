@@ -21,6 +21,9 @@ SHOW_FIELDS = ("id", "queue_name", "task", "status", "attempt_count", "max_attem
                "fence", "available_at", "started_at", "completed_at", "failed_at", "last_heartbeat_at",
                "lease_expires_at", "lease_expired", "locked_by", "lock_token", "idempotency_key",
                "flow_key", "last_error_code", "last_error", "checkpoint_step", "payload")
+SHOW_FIELDS_RATED = (*SHOW_FIELDS[:SHOW_FIELDS.index("flow_key") + 1], "rate_limit", "rate_units",
+                     *SHOW_FIELDS[SHOW_FIELDS.index("flow_key") + 1:])
+"""What `tenure jobs show` prints of a job that names a rate limit."""
 
 
 def register(sub: Any) -> None:
@@ -68,7 +71,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print_json(document)
         return 0
     job, events = document["job"], document["events"]
-    for key in SHOW_FIELDS:
+    for key in SHOW_FIELDS if job.get("rate_limit") is None else SHOW_FIELDS_RATED:
         value = job.get(key)
         if isinstance(value, datetime):
             value = value.isoformat()

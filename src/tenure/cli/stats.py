@@ -16,7 +16,9 @@ HEADERS = ("queue", "state", "ready", "blocked", "sched", "running", "in_flight"
 
 def register(sub: Any) -> None:
     p = command(sub, "stats", "per-queue backlog and lease health",
-                description="Per queue: ready (runnable), blocked (ready but held back by a flow limit), scheduled, running (in the database) vs in flight (held by a "
+                description="Per queue: ready (runnable), blocked (runnable but held back by flow control: a key at its "
+                            "running limit, an empty or paused rate-limit bucket; --json splits it by reason), "
+                            "scheduled, running (in the database) vs in flight (held by a "
                             "worker the registry sees alive; the rest wait for the reaper), running with an "
                             "expired lease, redelivered, completed, dead-lettered, oldest ready and running "
                             "ages, heartbeat lag p95 and max, live workers.")

@@ -14,10 +14,13 @@ __all__ = ["QueueStats", "fetch_queue_stats"]
 
 
 def fetch_queue_stats(dsn: str, schema: str = "tenure", queue: str | None = None, *,
-                      completed: bool = False) -> list[QueueStats]:
+                      completed: bool = False, oldest: bool = False) -> list[QueueStats]:
     """Open a short connection and read the stats (raises psycopg.OperationalError when down).
 
-    The completed count (a scan of its index) is skipped unless asked for: scaling needs none.
+    The completed count (a scan of its index) and the oldest job nothing holds back (a walk of
+    a flow queue's oldest jobs) are skipped unless asked for: scaling needs neither. ``ready``
+    never counts a blocked job, so a scaler reading it adds no worker for jobs flow control
+    holds back.
     """
     with connect(dsn, application_name="tenure-stats") as conn:
-        return Repository(conn, schema).queue_stats(queue, completed=completed)
+        return Repository(conn, schema).queue_stats(queue, completed=completed, oldest=oldest)

@@ -4,8 +4,8 @@ The rules are rendered into ``dashboards/alerts.yaml`` (and a copy for the Helm 
 ``python -m tenure.observability.generate``. This module only assembles: every number an
 operator may want to tune is a knob of :class:`~tenure.observability.thresholds.AlertThresholds`
 (declared once, with its default and validation), and each rule group is one module
-(``alerts_leases``, ``alerts_retries_dedup``, ``alerts_backlog``, ``alerts_database``,
-``alerts_exporter``) whose ``rules(thresholds)`` reads every value from the thresholds. The
+(``alerts_leases``, ``alerts_retries_dedup``, ``alerts_backlog``, ``alerts_flow``,
+``alerts_database``, ``alerts_exporter``) whose ``rules(thresholds)`` reads every value from the thresholds. The
 rule text is never edited by hand. Tests build a fast variant (short ``for`` and evaluation
 interval) with :meth:`AlertThresholds.with_for_seconds`.
 
@@ -27,6 +27,7 @@ from tenure.observability import (
     alerts_backlog,
     alerts_database,
     alerts_exporter,
+    alerts_flow,
     alerts_leases,
     alerts_retries_dedup,
 )
@@ -43,6 +44,7 @@ RULE_GROUPS: tuple[tuple[str, Callable[[AlertThresholds], list[AlertRule]]], ...
     (alerts_leases.GROUP, alerts_leases.rules),
     (alerts_retries_dedup.GROUP, alerts_retries_dedup.rules),
     (alerts_backlog.GROUP, alerts_backlog.rules),
+    (alerts_flow.GROUP, alerts_flow.rules),
     (alerts_database.GROUP, alerts_database.rules),
     (alerts_exporter.GROUP, alerts_exporter.rules),
 )

@@ -10,8 +10,9 @@ dashboard shows; :mod:`.panels` how a panel is built and laid out.
 
 Limits: panels use only metrics that carry a ``queue`` label (see docs/metrics.md), so
 unlabelled process metrics (heartbeat round-trip, reaper cycle time, exporter freshness) are
-not charted here; the exceptions are the schema-wide reaper cycle gauges and the overview's
-"SQS API" row (:mod:`.dashboard_sqs`: `tenure sqs` metrics have no queue label). Output is deterministic: fixed uids and panel ids, keys sorted on render.
+not charted here; the exceptions are the schema-wide reaper cycle gauges, the rate-limit gauges
+of the overview's "Flow control" row (:mod:`.dashboard_flow`: a rate limit is shared by every
+queue) and its "SQS API" row (:mod:`.dashboard_sqs`: `tenure sqs` metrics have no queue label). Output is deterministic: fixed uids and panel ids, keys sorted on render.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from grafanalib._gen import DashboardEncoder
 
+from tenure.observability.dashboard_flow import flow_section
 from tenure.observability.dashboard_sqs import sqs_api_section
 from tenure.observability.panels import (
     CANCELLED,
@@ -158,12 +160,12 @@ def _overview_running_panels() -> list[PanelSpec]:
 
 
 def overview(t: AlertThresholds) -> Any:
-    """The overview dashboard: is the queue keeping up? Its last row is `tenure sqs`'s API."""
+    """The overview dashboard: is the queue keeping up? Then flow control, and `tenure sqs`'s API."""
     return layout_dashboard(
         DASHBOARD_UIDS["overview"], "tenure / Overview",
         "Throughput, backlog against live workers, queueing age and the dead-letter queue.",
         [*_overview_queue_panels(t), *_overview_running_panels()],
-        [sqs_api_section()],
+        [flow_section(t), sqs_api_section()],
     )
 
 

@@ -7,8 +7,12 @@ without a metrics port (a Kubernetes CronJob pod runs one cycle and exits):
 outcome and by the owner's status when reaped) and ``tenure_reaper_*`` last-cycle figures
 from the ``reaper_cycles`` row every reaper cycle updates.
 
-Each scrape runs one query (partial indexes only); results are cached for ``min_interval``
-seconds so that several scrapers cannot load the database. When the database is unreachable the
+Flow control (docs/flow.md): blocked jobs by reason and keys at their limit (read with the
+queue figures), the oldest job nothing holds back on each flow queue (for TenureFlowStarvation),
+and each rate limit's tokens and pause (``flow_rate_list``: the rate limits' rows, not the jobs).
+
+Each scrape runs the same few statements (partial indexes only); results are cached for
+``min_interval`` seconds so that several scrapers cannot load the database. When the database is unreachable the
 collector still answers, with ``tenure_exporter_errors_total`` raised and no queue series.
 
 Schema skew: the exporter reads the schema through this code's repository, so it serves
@@ -35,14 +39,15 @@ from prometheus_client.registry import Collector
 from tenure.core.db import Connection, connect
 from tenure.core.errors import first_line
 from tenure.core.queries import migrations
-from tenure.core.repository import ReadStore, ReapingStore, Repository, SchemaStore
+from tenure.core.repository import FlowStore, ReadStore, ReapingStore, Repository, SchemaStore
 from tenure.core.stats import QueueStats
 
 log = logging.getLogger("tenure.exporter")
 
 
-class ExporterStore(SchemaStore, ReadStore, ReapingStore, Protocol):
-    """What a scrape reads: the schema version, queue figures (reads area), reap counts and cycles."""
+class ExporterStore(SchemaStore, ReadStore, ReapingStore, FlowStore, Protocol):
+    """What a scrape reads: the schema version, queue figures (reads area), reap counts and
+    cycles, and the rate limits' buckets (flow area)."""
 MIN_INTERVAL_DEFAULT = 5.0
 COMPLETED_INTERVAL_DEFAULT = 60.0
 
@@ -68,6 +73,7 @@ class QueueCollector(Collector):
         self._cached: list[QueueStats] | None = None
         self._reaps: list[dict[str, Any]] = []
         self._cycle: dict[str, Any] | None = None
+        self._rates: list[dict[str, Any]] = []
         self._cached_at = 0.0
         #: Schema version minus the versions this code knows, from the last collection.
         self.schema_skew: int | None = None
@@ -92,7 +98,7 @@ class QueueCollector(Collector):
                 if self._completed is None or now - self._completed_at >= self.completed_interval:
                     self._completed, self._completed_at = repo.completed_counts(), now
                 stats = repo.queue_stats(completed=self._completed)
-                reaps, cycle = repo.reap_counts(), repo.reaper_cycles()
+                reaps, cycle, rates = repo.reap_counts(), repo.reaper_cycles(), repo.flow_rate_list()
             except psycopg.Error as exc:
                 self.errors += 1
                 log.warning("queue stats failed: %s", first_line(exc))
@@ -105,6 +111,7 @@ class QueueCollector(Collector):
                 return None
             self._cached, self._cached_at, self.last_success = stats, now, time.time()
             self._reaps, self._cycle = [dict(r) for r in reaps], (dict(cycle) if cycle else None)
+            self._rates = [dict(r) for r in rates]
             return stats
 
     def close(self) -> None:
@@ -138,6 +145,37 @@ class QueueCollector(Collector):
             family.add_metric([], float(self._cycle[key]))
             yield family
 
+    def _flow_families(self, stats: list[QueueStats]) -> Iterator[GaugeMetricFamily]:
+        """Flow control: blocked jobs by reason, keys at their limit, the oldest job nothing
+        holds back (flow queues only), and each rate limit's tokens and pause (docs/metrics.md)."""
+        blocked = GaugeMetricFamily("tenure_flow_blocked_jobs", "Runnable jobs flow control holds back, by "
+                                    "reason (concurrency: their key's running limit; backpressure: their "
+                                    "rate limit's bucket is paused; rate: the bucket is short of tokens).",
+                                    labels=["queue", "reason"])
+        at_limit = GaugeMetricFamily("tenure_flow_keys_at_limit", "Flow keys with their running limit "
+                                     "reached.", labels=["queue"])
+        wait = GaugeMetricFamily("tenure_flow_oldest_unblocked_wait_seconds", "Wait of the oldest runnable "
+                                 "job nothing holds back, on a flow queue (0: none).", labels=["queue"])
+        job = GaugeMetricFamily("tenure_flow_oldest_unblocked_job_id", "Id of that job (0: none): while it "
+                                "stays the same, no claim took it.", labels=["queue"])
+        for s in stats:
+            for reason, value in (("concurrency", s.blocked_concurrency), ("backpressure", s.blocked_backpressure),
+                                  ("rate", s.blocked_rate)):
+                blocked.add_metric([s.queue, reason], value)
+            at_limit.add_metric([s.queue], s.keys_at_limit)
+            if s.oldest_unblocked_wait_seconds is not None:
+                wait.add_metric([s.queue], s.oldest_unblocked_wait_seconds)
+                job.add_metric([s.queue], float(s.oldest_unblocked_job_id or 0))
+        tokens = GaugeMetricFamily("tenure_rate_limit_tokens", "Tokens now in the rate limit's shared "
+                                   "bucket (a per-key limit: the fewest of its buckets'; 0 while paused).",
+                                   labels=["limit"])
+        paused = GaugeMetricFamily("tenure_rate_limit_paused", "1 while a bucket of the rate limit is paused "
+                                   "by a handler's back-pressure, else 0.", labels=["limit"])
+        for r in self._rates:
+            tokens.add_metric([r["name"]], float(r["tokens"]))
+            paused.add_metric([r["name"]], 1.0 if r["paused_buckets"] else 0.0)
+        yield from (blocked, at_limit, wait, job, tokens, paused)
+
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats = self.read()
         if stats is not None:
@@ -166,14 +204,7 @@ class QueueCollector(Collector):
                                       "(absent: none).", labels=["queue"])
             reaped = CounterMetricFamily("tenure_queue_reaped_jobs", "Jobs recovered by the reaper.",
                                          labels=["queue"])
-            blocked = GaugeMetricFamily("tenure_flow_blocked_jobs", "Ready jobs a flow limit holds back, by "
-                                        "reason (concurrency: their key has its running limit reached).",
-                                        labels=["queue", "reason"])
-            at_limit = GaugeMetricFamily("tenure_flow_keys_at_limit", "Flow keys with their running limit "
-                                         "reached.", labels=["queue"])
             for s in stats:
-                blocked.add_metric([s.queue, "concurrency"], s.blocked)
-                at_limit.add_metric([s.queue], s.keys_at_limit)
                 for state, value in (("ready", s.ready), ("blocked", s.blocked), ("scheduled", s.scheduled),
                                      ("running", s.running),
                                      ("completed", s.completed), ("failed", s.failed),
@@ -188,8 +219,7 @@ class QueueCollector(Collector):
             yield limit
             yield from gauges.values()
             yield reaped
-            yield blocked
-            yield at_limit
+            yield from self._flow_families(stats)
             yield from self._reaper_families()
         last = GaugeMetricFamily("tenure_exporter_last_success_timestamp_seconds",
                                  "Unix time of the last successful collection.")

@@ -195,6 +195,17 @@ class AlertThresholds:
     piling_up_for_seconds: int = knob(600, non_negative)
     """``for`` of TenureJobsPilingUpWorkersAlive."""
 
+    # --- flow control ---------------------------------------------------------------------
+    flow_starvation_wait_seconds: float = knob(900.0, positive)
+    """TenureFlowStarvation fires when the oldest job of a flow queue that nothing holds back
+    has waited longer than this since ``available_at``; keep it above the workers'
+    ``--priority-aging`` (300 s by default), after which the claim takes such a job first."""
+    flow_starvation_window_seconds: int = knob(600, positive)
+    """Range over which that job must have stayed the same (no claim took it) while the queue's
+    other jobs were claimed or completed."""
+    flow_starvation_for_seconds: int = knob(300, non_negative)
+    """``for`` of TenureFlowStarvation."""
+
     # --- database failover ----------------------------------------------------------------
     claims_stalled_window_seconds: int = knob(120, positive)
     """Range over which TenureClaimsStalled looks for claims (keep it above a failover's length)."""

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from tenure.operator import flowspec as fs
 from tenure.operator import spec as s
 
 CRD_NAME = f"{s.PLURAL}.{s.GROUP}"
@@ -195,59 +196,136 @@ def _spec_schema() -> dict[str, Any]:
 #: ``tenure.flow.check_key`` also require. ``FlowSpec.validate`` checks the same.
 FLOW_KEY_RULES: tuple[tuple[str, str], ...] = (
     ("self.trim().size() > 0", "flow.keys[].key must not be blank"),
-    (f"bytes(self).size() <= {s.FLOW_KEY_MAX_BYTES}",
-     f"flow.keys[].key must be at most {s.FLOW_KEY_MAX_BYTES} bytes (UTF-8)"),
+    (f"bytes(self).size() <= {fs.FLOW_KEY_MAX_BYTES}",
+     f"flow.keys[].key must be at most {fs.FLOW_KEY_MAX_BYTES} bytes (UTF-8)"),
     ("!self.contains('\\u0000')", "flow.keys[].key must not contain a NUL character"),
+)
+#: CEL rules of a ``spec.flow.keys[]`` entry: it sets something (``flowspec.parse_flow``).
+FLOW_KEY_ENTRY_RULES: tuple[tuple[str, str], ...] = (
+    ("has(self.running) || has(self.weight)", "flow.keys[] needs running or weight (or both)"),
+)
+#: CEL rules of the numbers that must be above 0 (``tenure.flow.check_weight`` and
+#: ``check_per_second``); a CEL rule rather than OpenAPI's boolean ``exclusiveMinimum``, which
+#: JSON Schema tools (kubeconform, draft 7) cannot read. The other rules of spec.flow are the
+#: schema's: bounds, the rate limit name's pattern, list-map keys (no duplicates).
+FLOW_WEIGHT_RULES: tuple[tuple[str, str], ...] = (
+    ("self > 0.0", "flow.keys[].weight must be above 0"),
+)
+FLOW_PER_SECOND_RULES: tuple[tuple[str, str], ...] = (
+    ("self > 0.0", "flow.rateLimits[].perSecond must be above 0"),
 )
 
 
+def _rules(rules: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+    return [{"rule": rule, "message": message} for rule, message in rules]
+
+
+def _positive(description: str, maximum: int, rules: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A number above 0 (by a CEL rule of ``rules``) and at most ``maximum``, without a default."""
+    return {"type": "number", "description": description, "minimum": 0, "maximum": maximum,
+            "x-kubernetes-validations": _rules(rules)}
+
+
+def _flow_keys_schema() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": "Keys with a running limit or a weight of their own (`tenure flow limit"
+        " Q --key K --running N`, `tenure flow weight Q --key K --weight W`); unique by key."
+        " Each entry gives running, weight or both.",
+        "maxItems": fs.FLOW_KEYS_MAX,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["key"],
+        "items": {
+            "type": "object",
+            "required": ["key"],
+            "x-kubernetes-validations": _rules(FLOW_KEY_ENTRY_RULES),
+            "properties": {
+                "key": {
+                    "type": "string",
+                    "description": "The flow key as jobs carry it (1 to"
+                    f" {fs.FLOW_KEY_MAX_BYTES} bytes of UTF-8, not blank).",
+                    "minLength": 1,
+                    "maxLength": fs.FLOW_KEY_MAX_LENGTH,
+                    "x-kubernetes-validations": _rules(FLOW_KEY_RULES),
+                },
+                "running": _int(
+                    "The key's running limit; 0 or absent means none of its own (perKeyRunning"
+                    " applies).",
+                    None, 0, fs.RUNNING_LIMIT_MAX,
+                ),
+                # No schema default: a defaulted weight would make every entry pass the rule
+                # above. Absent means 1 (FlowKeySpec's default).
+                "weight": _positive(
+                    "The key's weight in the fair claim: each of its turns takes this many jobs"
+                    " (a fraction carries over); above 0, at most"
+                    f" {fs.FLOW_WEIGHT_MAX}; absent means 1, the plain share.",
+                    fs.FLOW_WEIGHT_MAX, FLOW_WEIGHT_RULES,
+                ),
+            },
+        },
+    }
+
+
+def _flow_rate_limits_schema() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": "Named rate limits (token buckets) that the queue's jobs name (`tenure"
+        " flow rate NAME --per-second R`); unique by name. Rate limits are shared across queues: a listed one"
+        " is set to these values on every pass; one no longer listed is deleted only when this"
+        " JobQueue set it last (rate_limits.updated_by is operator:NAMESPACE/NAME).",
+        "maxItems": fs.FLOW_RATE_LIMITS_MAX,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+        "items": {
+            "type": "object",
+            "required": ["name", "perSecond"],
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "description": "The rate limit's name, as jobs name it (letters, digits, _ . -;"
+                    " starting with a letter or digit).",
+                    "minLength": 1,
+                    "maxLength": fs.RATE_LIMIT_NAME_MAX_LENGTH,
+                    "pattern": fs.RATE_LIMIT_NAME_PATTERN,
+                },
+                "perSecond": _positive(
+                    "Tokens added per second (a job takes its units when claimed); above 0.",
+                    fs.RATE_PER_SECOND_MAX, FLOW_PER_SECOND_RULES,
+                ),
+                "burst": _int(
+                    "The bucket's size: how many tokens it holds at most; absent means"
+                    " one second's worth (perSecond rounded up, at least 1).",
+                    None, 1, fs.RATE_BURST_MAX,
+                ),
+                "perKey": _bool(
+                    "One bucket per flow key (jobs without a key share one) instead of one"
+                    " bucket for every job naming it.",
+                    fs.RATE_PER_KEY_DEFAULT,
+                ),
+            },
+        },
+    }
+
+
 def _flow_schema() -> dict[str, Any]:
-    # No default: an absent spec.flow is what leaves the database's flow limits alone.
+    # No default: an absent spec.flow is what leaves the database's flow settings alone.
     return {
         "type": "object",
-        "description": "Flow control of the queue (limits by flow key, e.g. a tenant). Absent:"
-        " the operator leaves the queue's flow limits in the database alone (`tenure flow"
-        " limit` manages them). Present, even empty, the JobQueue owns them: every periodic"
-        " pass sets perKeyRunning and exactly the listed keys' own limits, and removes every"
-        " other key's own limit, whoever set it; changes are recorded in flow_changes as"
-        " operator:NAMESPACE/NAME. Condition FlowApplied and status.flow show the result."
-        " Further flow settings (key weights, rate limits) will be added to this object.",
+        "description": "Flow control of the queue (limits by flow key, e.g. a tenant, and rate"
+        " limits). Absent: the operator leaves the queue's flow settings in the database alone"
+        " (`tenure flow` manages them). Present, even empty, the JobQueue owns them: every"
+        " periodic pass sets perKeyRunning and exactly the listed keys' own limits and weights,"
+        " removes every other key's, whoever set them, and sets the listed rate limits; changes"
+        " are recorded in flow_changes as operator:NAMESPACE/NAME. Condition FlowApplied and"
+        " status.flow show the result.",
         "properties": {
             "perKeyRunning": _int(
                 "Running jobs per flow key across all pods, enforced in the claim statement"
                 " (`tenure flow limit --per-key-running`); 0 means no limit.",
-                s.FLOW_PER_KEY_RUNNING_DEFAULT, 0, s.RUNNING_LIMIT_MAX,
+                fs.FLOW_PER_KEY_RUNNING_DEFAULT, 0, fs.RUNNING_LIMIT_MAX,
             ),
-            "keys": {
-                "type": "array",
-                "description": "Keys with a running limit of their own, overriding"
-                " perKeyRunning (`tenure flow limit --key K --running N`); unique by key.",
-                "maxItems": s.FLOW_KEYS_MAX,
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-list-map-keys": ["key"],
-                "items": {
-                    "type": "object",
-                    "required": ["key", "running"],
-                    "properties": {
-                        "key": {
-                            "type": "string",
-                            "description": "The flow key as jobs carry it (1 to"
-                            f" {s.FLOW_KEY_MAX_BYTES} bytes of UTF-8, not blank).",
-                            "minLength": 1,
-                            "maxLength": s.FLOW_KEY_MAX_LENGTH,
-                            "x-kubernetes-validations": [
-                                {"rule": rule, "message": message}
-                                for rule, message in FLOW_KEY_RULES
-                            ],
-                        },
-                        "running": _int(
-                            "The key's running limit; 0 means none of its own (perKeyRunning"
-                            " applies).",
-                            None, 0, s.RUNNING_LIMIT_MAX,
-                        ),
-                    },
-                },
-            },
+            "keys": _flow_keys_schema(),
+            "rateLimits": _flow_rate_limits_schema(),
         },
     }
 
@@ -558,11 +636,13 @@ def status_schema() -> dict[str, Any]:
             "maxRunning": count("The queue's global running limit in the database (0: none)."),
             "flow": {
                 "type": "object",
-                "description": "The queue's flow limits in the database after the last pass"
+                "description": "The queue's flow settings in the database after the last pass"
                 " (only while spec.flow is set).",
                 "properties": {
                     "perKeyRunning": count("Running limit per flow key (0: none)."),
                     "keyLimits": count("Keys with a running limit of their own."),
+                    "keyWeights": count("Keys with a weight other than 1."),
+                    "rateLimits": count("Rate limits of spec.flow held as listed."),
                 },
             },
             "oldestReadyAgeSeconds": seconds("Age of the oldest ready job."),

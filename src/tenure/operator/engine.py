@@ -325,14 +325,16 @@ def read_figures(reach: Reach, jq: JobQueueRef, spec: s.JobQueueSpec,
 
 def apply_flow_spec(reach: Reach, jq: JobQueueRef, spec: s.JobQueueSpec,
                     dsn: str) -> FlowOutcome | None:
-    """Step 4, continued: make the queue's flow limits in the database equal ``spec.flow``
-    (level-based: read, then change only what differs). None without ``spec.flow`` (the limits
+    """Step 4, continued: make the queue's flow settings in the database equal ``spec.flow``
+    (level-based: read, then change only what differs). None without ``spec.flow`` (the settings
     are left alone) or without a flow applier.
 
-    Ownership: while ``spec.flow`` is set the JobQueue owns every flow limit of its queue, the
-    per-key cap and each key's own limit, so a key limit it does not list is removed whoever
-    set it (a decision that needs no history). Changes are recorded as ``operator:NS/NAME``.
-    A failure makes the pass Degraded with its reason, and FlowApplied False."""
+    Ownership: while ``spec.flow`` is set the JobQueue owns every flow setting of its queue, the
+    per-key cap and each key's own limit and weight, so a key setting it does not list is
+    removed whoever set it (a decision that needs no history). Rate limits are shared across
+    queues: the listed ones are set, and one the spec no longer lists is deleted only when this
+    JobQueue set it last. Changes are recorded as ``operator:NS/NAME``. A failure makes the pass
+    Degraded with its reason, and FlowApplied (written here only) False with the first error."""
     if spec.flow is None or reach.flow is None:
         return None
     try:
@@ -342,9 +344,12 @@ def apply_flow_spec(reach: Reach, jq: JobQueueRef, spec: s.JobQueueSpec,
         return FlowOutcome(ConditionValue(False, exc.reason, message),
                            failure=Failure(exc.reason, message))
     limits = done.limits
-    status = {"perKeyRunning": limits.per_key_running, "keyLimits": len(limits.keys)}
-    held = (f"the database holds perKeyRunning={limits.per_key_running} and "
-            f"{len(limits.keys)} key limit(s)")
+    rates = len(spec.flow.rate_limits)
+    status = {"perKeyRunning": limits.per_key_running, "keyLimits": len(limits.keys),
+              "keyWeights": len(limits.weights), "rateLimits": rates}
+    held = (f"the database holds perKeyRunning={limits.per_key_running}, "
+            f"{len(limits.keys)} key limit(s), {len(limits.weights)} key weight(s) and "
+            f"the {rates} rate limit(s) of the spec")
     events = () if done.plan.empty else (
         Event("Normal", "FlowLimitsApplied", done.plan.summary()),)
     return FlowOutcome(ConditionValue(True, "Applied", held), status, events=events)

@@ -1,5 +1,5 @@
-"""The operator's one edge to the database: queue figures, queue controls, flow limits, DSN
-resolution.
+"""The operator's one edge to the database: queue figures, queue controls, flow settings (the
+plan of ``spec.flow`` and its application), DSN resolution.
 
 The engine never opens a connection itself: it calls a :data:`StatsFetcher`, a
 :data:`ControlApplier` and a :data:`FlowApplier` (these functions in production, fakes in unit
@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tenure.operator import scaler as sc
+from tenure.operator.flowspec import FLOW_WEIGHT_DEFAULT, RateSetting
 from tenure.operator.settings import STATS_CONNECT_TIMEOUT_SECONDS_DEFAULT
 from tenure.operator.spec import FlowSpec
 
 if TYPE_CHECKING:
+    import psycopg
+
     from tenure.core.repository import FlowStore
 
 #: Kubernetes' default ``ndots``: a name with fewer dots is tried with the search path first.
@@ -176,17 +179,25 @@ def apply_controls(dsn: str, schema: str, queue: str, paused: bool, max_running:
 
 @dataclasses.dataclass(frozen=True)
 class FlowLimits:
-    """A queue's flow limits as the database holds them."""
+    """A queue's flow settings as the database holds them, and the rate limits that matter to
+    one JobQueue (those its spec lists, and those it set last)."""
 
     per_key_running: int = 0
     """The running cap of every flow key (0: none)."""
     keys: Mapping[str, int] = dataclasses.field(default_factory=dict)
     """Each key with a running limit of its own, and that limit."""
+    weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Each key with a weight other than 1, and that weight."""
+    rates: Mapping[str, RateSetting] = dataclasses.field(default_factory=dict)
+    """The rate limits the spec lists or the JobQueue owns, as stored."""
+    owned_rates: frozenset[str] = frozenset()
+    """The rate limits this JobQueue set last (``rate_limits.updated_by``): the only ones it
+    deletes when its spec no longer lists them."""
 
 
 @dataclasses.dataclass(frozen=True)
 class FlowPlan:
-    """What brings a queue's flow limits in line with ``spec.flow``: only what differs."""
+    """What brings a queue's flow settings in line with ``spec.flow``: only what differs."""
 
     per_key_running: int | None = None
     """The new per-key cap (0 removes it); None: already right."""
@@ -194,43 +205,67 @@ class FlowPlan:
     """Keys whose own limit is missing or different, with the limit to set."""
     remove_keys: tuple[str, ...] = ()
     """Keys with an own limit the spec does not list (or lists with running 0)."""
+    set_weights: tuple[tuple[str, float], ...] = ()
+    """Keys whose weight is missing or different, with the weight to set."""
+    remove_weights: tuple[str, ...] = ()
+    """Keys with a weight the spec does not list (or lists as 1): back to 1."""
+    set_rates: tuple[tuple[str, RateSetting], ...] = ()
+    """Rate limits the spec lists that are missing or different."""
+    delete_rates: tuple[str, ...] = ()
+    """Rate limits this JobQueue set last that the spec no longer lists."""
 
     @property
     def empty(self) -> bool:
-        return self.per_key_running is None and not self.set_keys and not self.remove_keys
+        return self.per_key_running is None and not (
+            self.set_keys or self.remove_keys or self.set_weights or self.remove_weights
+            or self.set_rates or self.delete_rates)
 
     def summary(self) -> str:
-        """One line for the Event, e.g. ``perKeyRunning=5; 2 key limits set; 1 removed``."""
+        """One line for the Event, e.g. ``perKeyRunning=5; 2 key limit(s) set; 1 rate limit(s) set``."""
         parts = [] if self.per_key_running is None else [f"perKeyRunning={self.per_key_running}"]
-        if self.set_keys:
-            parts.append(f"{len(self.set_keys)} key limit(s) set")
-        if self.remove_keys:
-            parts.append(f"{len(self.remove_keys)} key limit(s) removed")
+        for done, what in ((self.set_keys, "key limit(s) set"), (self.remove_keys, "key limit(s) removed"),
+                           (self.set_weights, "key weight(s) set"),
+                           (self.remove_weights, "key weight(s) removed"),
+                           (self.set_rates, "rate limit(s) set"),
+                           (self.delete_rates, "rate limit(s) deleted")):
+            if done:
+                parts.append(f"{len(done)} {what}")
         return "; ".join(parts) or "unchanged"
 
     def after(self, current: FlowLimits) -> FlowLimits:
-        """``current`` with the plan applied."""
+        """``current`` with the plan applied (the set rate limits become this JobQueue's)."""
         keys = {k: v for k, v in current.keys.items() if k not in self.remove_keys}
         keys.update(self.set_keys)
+        weights = {k: v for k, v in current.weights.items() if k not in self.remove_weights}
+        weights.update(self.set_weights)
+        rates = {k: v for k, v in current.rates.items() if k not in self.delete_rates}
+        rates.update(self.set_rates)
+        owned = (current.owned_rates - set(self.delete_rates)) | {name for name, _ in self.set_rates}
         per_key = current.per_key_running if self.per_key_running is None else self.per_key_running
-        return FlowLimits(per_key, keys)
+        return FlowLimits(per_key, keys, weights, rates, frozenset(owned))
 
 
 def plan_flow(current: FlowLimits, wanted: FlowSpec) -> FlowPlan:
-    """The changes that make ``current`` equal ``wanted`` (the JobQueue owns every key limit of
-    its queue while ``spec.flow`` is set, so unlisted keys lose theirs); empty when equal."""
-    want_keys = wanted.key_limits()
+    """The changes that make ``current`` equal ``wanted``; empty when equal. The JobQueue owns
+    every key setting of its queue while ``spec.flow`` is set, so unlisted keys lose their own
+    limit and weight; rate limits are shared across queues, so an unlisted one is deleted only
+    when this JobQueue set it last (``current.owned_rates``)."""
+    want_keys, want_weights, want_rates = wanted.key_limits(), wanted.key_weights(), wanted.rate_settings()
     return FlowPlan(
         per_key_running=(None if current.per_key_running == wanted.per_key_running
                          else wanted.per_key_running),
         set_keys=tuple((k, n) for k, n in want_keys.items() if current.keys.get(k) != n),
         remove_keys=tuple(sorted(k for k in current.keys if k not in want_keys)),
+        set_weights=tuple((k, w) for k, w in want_weights.items() if current.weights.get(k) != w),
+        remove_weights=tuple(sorted(k for k in current.weights if k not in want_weights)),
+        set_rates=tuple((n, r) for n, r in want_rates.items() if current.rates.get(n) != r),
+        delete_rates=tuple(sorted(n for n in current.owned_rates if n not in want_rates)),
     )
 
 
 @dataclasses.dataclass(frozen=True)
 class FlowApplied:
-    """The result of :func:`apply_flow`: what it changed and the limits after."""
+    """The result of :func:`apply_flow`: what it changed and the settings after."""
 
     plan: FlowPlan
     limits: FlowLimits
@@ -240,28 +275,61 @@ class FlowApplied:
 FlowApplier = Callable[[str, str, str, FlowSpec, str], FlowApplied]
 
 
-def read_flow_limits(repo: FlowStore, queue: str) -> FlowLimits:
-    """``queue``'s per-key cap and every key's own limit, through the repository's flow face
-    (``tenure.core.repository.FlowStore``): a queue without limits costs one small query, one
-    with key limits a second that reads only ``flow_keys`` (never the jobs)."""
+def read_flow_limits(repo: FlowStore, queue: str, wanted: FlowSpec | None = None,
+                     owner: str = "") -> FlowLimits:
+    """``queue``'s per-key cap, every key's own limit and weight, and the rate limits ``wanted``
+    lists or ``owner`` set last, through the repository's flow face
+    (``tenure.core.repository.FlowStore``): three small reads of the control tables
+    (queues, flow_keys, rate_limits), never of the jobs."""
     row = next((q for q in repo.flow_queue_list() if q["queue"] == queue), None)
-    if row is None:
-        return FlowLimits()
-    per_key = int(row["per_key_running"] or 0)
-    if not row["key_limits"]:
-        return FlowLimits(per_key)
-    return FlowLimits(per_key, repo.flow_key_limits(queue))
+    per_key = int(row["per_key_running"] or 0) if row is not None else 0
+    keys: dict[str, int] = {}
+    weights: dict[str, float] = {}
+    for k in repo.flow_key_settings(queue):
+        if k["running"] is not None:
+            keys[str(k["flow_key"])] = int(k["running"])
+        if float(k["weight"]) != FLOW_WEIGHT_DEFAULT:
+            weights[str(k["flow_key"])] = float(k["weight"])
+    names = [r.name for r in wanted.rate_limits] if wanted is not None else []
+    stored = repo.flow_rate_settings(names, owner)
+    rates = {str(r["name"]): RateSetting(float(r["per_second"]), int(r["burst"]), bool(r["per_key"]))
+             for r in stored}
+    owned = frozenset(str(r["name"]) for r in stored if owner and r["updated_by"] == owner)
+    return FlowLimits(per_key, keys, weights, rates, owned)
+
+
+def _apply_plan(conn: psycopg.Connection[Any], queue: str, plan: FlowPlan, schema: str, by: str) -> None:
+    """Make ``plan``'s changes through ``tenure.flow`` (each recorded in flow_changes as ``by``):
+    rate limits first, then each key's own limit and weight, the per-key cap last (its claim
+    gate row stays locked for the shortest time)."""
+    from tenure import flow
+
+    for name in plan.delete_rates:
+        flow.delete_rate_limit(conn, name, schema=schema, requested_by=by)
+    for name, rate in plan.set_rates:
+        flow.set_rate_limit(conn, name, rate.per_second, burst=rate.burst, per_key=rate.per_key,
+                            schema=schema, requested_by=by)
+    for key in plan.remove_keys:
+        flow.set_key_running(conn, queue, key, 0, schema=schema, requested_by=by)
+    for key, running in plan.set_keys:
+        flow.set_key_running(conn, queue, key, running, schema=schema, requested_by=by)
+    for key in plan.remove_weights:
+        flow.set_key_weight(conn, queue, key, FLOW_WEIGHT_DEFAULT, schema=schema, requested_by=by)
+    for key, weight in plan.set_weights:
+        flow.set_key_weight(conn, queue, key, weight, schema=schema, requested_by=by)
+    if plan.per_key_running is not None:
+        flow.set_per_key_running(conn, queue, plan.per_key_running, schema=schema, requested_by=by)
 
 
 def apply_flow(dsn: str, schema: str, queue: str, wanted: FlowSpec, requested_by: str,
                connect_timeout: int = STATS_CONNECT_TIMEOUT_SECONDS_DEFAULT) -> FlowApplied:
-    """Bring ``queue``'s flow limits in line with ``spec.flow`` in one transaction, through
-    ``tenure.flow`` (as `tenure flow limit` does; each change recorded in flow_changes as
-    ``requested_by``). Reads first and changes only what differs; the per-key cap is set last,
-    so the queue's claim gate row is locked for the shortest time."""
+    """Bring ``queue``'s flow settings and ``spec.flow``'s rate limits in line with the spec in
+    one transaction, through ``tenure.flow`` (as `tenure flow` does; each change recorded in
+    flow_changes as ``requested_by``, which is also how a rate limit's owner is known). Reads
+    first and changes only what differs: a pass with nothing to change writes nothing. The
+    first error rolls the whole pass back."""
     import psycopg
 
-    from tenure import flow
     from tenure.core.db import connect
     from tenure.core.errors import ConfigError
     from tenure.core.repository import Repository
@@ -270,22 +338,16 @@ def apply_flow(dsn: str, schema: str, queue: str, wanted: FlowSpec, requested_by
         with connect(psycopg.conninfo.make_conninfo(dsn, connect_timeout=connect_timeout),
                      application_name="tenure-operator") as conn, conn.transaction():
             repo: FlowStore = Repository(conn, schema)
-            current = read_flow_limits(repo, queue)
+            current = read_flow_limits(repo, queue, wanted, requested_by)
             plan = plan_flow(current, wanted)
-            for key in plan.remove_keys:
-                flow.set_key_running(conn, queue, key, 0, schema=schema, requested_by=requested_by)
-            for key, running in plan.set_keys:
-                flow.set_key_running(conn, queue, key, running, schema=schema,
-                                     requested_by=requested_by)
-            if plan.per_key_running is not None:
-                flow.set_per_key_running(conn, queue, plan.per_key_running, schema=schema,
-                                         requested_by=requested_by)
+            _apply_plan(conn, queue, plan, schema, requested_by)
     except ConfigError as exc:
         raise StatsUnavailable("InvalidFlowSpec", one_line(exc)) from exc
-    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
+            psycopg.errors.UndefinedFunction) as exc:
         raise StatsUnavailable(
-            "FlowSchemaMissing", f"schema {schema!r} has no flow-control tables (tenure migrate"
-            f" with an image that has flow keys): {one_line(exc)}") from exc
+            "FlowSchemaMissing", f"schema {schema!r} lacks the flow-control tables of this image"
+            f" (run tenure migrate with it): {one_line(exc)}") from exc
     except psycopg.OperationalError as exc:
         raise StatsUnavailable("DatabaseUnreachable", one_line(exc)) from exc
     except psycopg.Error as exc:

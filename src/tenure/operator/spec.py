@@ -13,9 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from tenure.core.errors import ConfigError
-from tenure.core.repository.specs import FLOW_KEY_MAX_BYTES as FLOW_KEY_MAX_BYTES
-from tenure.flow import RUNNING_LIMIT_MAX as RUNNING_LIMIT_MAX
-from tenure.flow import check_key, check_running_limit
+from tenure.operator.flowspec import FLOW_KEY_MAX_BYTES as FLOW_KEY_MAX_BYTES
+from tenure.operator.flowspec import FLOW_KEY_MAX_LENGTH as FLOW_KEY_MAX_LENGTH
+from tenure.operator.flowspec import FLOW_KEYS_MAX as FLOW_KEYS_MAX
+from tenure.operator.flowspec import FLOW_PER_KEY_RUNNING_DEFAULT as FLOW_PER_KEY_RUNNING_DEFAULT
+from tenure.operator.flowspec import RUNNING_LIMIT_MAX as RUNNING_LIMIT_MAX
+from tenure.operator.flowspec import FlowKeySpec as FlowKeySpec
+from tenure.operator.flowspec import FlowSpec as FlowSpec
+from tenure.operator.flowspec import RateLimitSpec as RateLimitSpec
+from tenure.operator.flowspec import parse_flow
 from tenure.reaper.vacuum import VACUUM_DEAD_ROWS_DEFAULT as VACUUM_DEAD_ROWS_DEFAULT
 
 GROUP = "tenure.dev"
@@ -57,12 +63,6 @@ MAX_RUNNING_DEFAULT = 0
 MAX_RUNNING_MAX = 1_000_000
 VACUUM_DEAD_ROWS_MAX = 1_000_000_000
 EXPORTER_DEFAULT = True
-FLOW_PER_KEY_RUNNING_DEFAULT = 0
-#: At most this many entries in ``spec.flow.keys`` (bounds the object and the CEL cost).
-FLOW_KEYS_MAX = 1000
-#: A flow key in ``spec.flow.keys`` is at most this many characters (the CRD's maxLength, which
-#: bounds the CEL cost) and at most :data:`FLOW_KEY_MAX_BYTES` UTF-8 bytes (the database's limit).
-FLOW_KEY_MAX_LENGTH = FLOW_KEY_MAX_BYTES
 MIGRATIONS_MANAGED_DEFAULT = True
 
 #: Cron macros the CronJob controller accepts (robfig/cron descriptors).
@@ -200,61 +200,6 @@ class PodOverrides:
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowKeySpec:
-    """One key's own running limit (``spec.flow.keys[]``); 0: the key has none of its own."""
-
-    key: str
-    running: int
-
-
-@dataclasses.dataclass(frozen=True)
-class FlowSpec:
-    """``spec.flow``: the queue's flow limits (issue 38), owned by the JobQueue while declared.
-
-    Declared (even ``{}``), the operator makes the database match on every full pass: the
-    per-key running cap and exactly the listed keys' own limits; every other key's own limit
-    is removed, whoever set it. Absent, the operator leaves the queue's flow limits alone
-    (``tenure flow limit`` manages them). Later flow settings (key weights, rate limits) join
-    this object."""
-
-    per_key_running: int = FLOW_PER_KEY_RUNNING_DEFAULT
-    """Running jobs per flow key of the queue across all pods (`tenure flow limit
-    --per-key-running`); 0: no cap."""
-    keys: tuple[FlowKeySpec, ...] = ()
-    """Keys with a limit of their own (overriding per_key_running); running 0 means none."""
-
-    def key_limits(self) -> dict[str, int]:
-        """The keys' own limits the database should hold (entries with running 0 left out)."""
-        return {k.key: k.running for k in self.keys if k.running > 0}
-
-    def validate(self) -> None:
-        """The CRD's rules for ``spec.flow`` (schema bounds, CEL rules, unique keys)."""
-        _check_limit(self.per_key_running, "spec.flow.perKeyRunning")
-        if len(self.keys) > FLOW_KEYS_MAX:
-            raise SpecError(f"spec.flow.keys must have at most {FLOW_KEYS_MAX} entries, "
-                            f"got {len(self.keys)}")
-        seen: set[str] = set()
-        for i, entry in enumerate(self.keys):
-            where = f"spec.flow.keys[{i}]"
-            try:
-                check_key(entry.key)
-            except ConfigError as exc:
-                raise SpecError(f"{where}.key: {exc}") from None
-            if entry.key in seen:
-                raise SpecError(f"{where}.key {entry.key!r} is listed twice: "
-                                f"spec.flow.keys must be unique by key")
-            seen.add(entry.key)
-            _check_limit(entry.running, f"{where}.running")
-
-
-def _check_limit(value: int, what: str) -> None:
-    try:
-        check_running_limit(value, what)
-    except ConfigError as exc:
-        raise SpecError(str(exc)) from None
-
-
-@dataclasses.dataclass(frozen=True)
 class JobQueueSpec:
     """Everything the operator needs from one JobQueue, defaults applied."""
 
@@ -286,7 +231,7 @@ class JobQueueSpec:
     """Workers vacuum the jobs table at this many dead rows (`tenure worker --vacuum-dead-rows`);
     0 leaves it to autovacuum."""
     flow: FlowSpec | None = None
-    """The queue's flow limits (:class:`FlowSpec`); None (no ``spec.flow``): left alone."""
+    """The queue's flow settings (:class:`FlowSpec`); None (no ``spec.flow``): left alone."""
 
     def validate(self) -> None:
         """Re-check the CRD's cross-field rules (a plain dict may not have met the API server)."""
@@ -320,7 +265,10 @@ class JobQueueSpec:
                 raise SpecError(f"spec.{name} must be >= {low}, got {value}")
         validate_cron(self.reaper.schedule)
         if self.flow is not None:
-            self.flow.validate()
+            try:
+                self.flow.validate()
+            except ConfigError as exc:  # flowspec's checks name the field
+                raise SpecError(str(exc)) from None
 
 
 def _get(obj: Mapping[str, Any], key: str, kind: type, default: Any, path: str) -> Any:
@@ -343,26 +291,16 @@ def _section(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
 
 
 def _flow(spec: Mapping[str, Any], path: str) -> FlowSpec | None:
-    """``spec.flow``: None when absent (the operator leaves the flow limits alone)."""
+    """``spec.flow`` (:mod:`tenure.operator.flowspec`): None when absent (the operator leaves
+    the queue's flow settings alone)."""
     if spec.get("flow") is None:
         return None
-    flow = _section(spec, "flow", path)
-    p = path + "flow."
-    entries = _get(flow, "keys", list, [], p)
-    keys = []
-    for i, entry in enumerate(entries):
-        where = f"{p}keys[{i}]."
-        if not isinstance(entry, Mapping):
-            raise SpecError(f"{p}keys[{i}] must be an object with key and running")
-        for required in ("key", "running"):
-            if entry.get(required) is None:
-                raise SpecError(f"{where}{required} is required")
-        keys.append(FlowKeySpec(key=_get(entry, "key", str, "", where),
-                                running=_get(entry, "running", int, 0, where)))
-    return FlowSpec(
-        per_key_running=_get(flow, "perKeyRunning", int, FLOW_PER_KEY_RUNNING_DEFAULT, p),
-        keys=tuple(keys),
-    )
+    try:
+        return parse_flow(_section(spec, "flow", path), path + "flow.")
+    except SpecError:
+        raise
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def parse_spec(spec: Mapping[str, Any]) -> JobQueueSpec:

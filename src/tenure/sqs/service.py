@@ -21,7 +21,7 @@ import psycopg
 from prometheus_client import CollectorRegistry
 
 from tenure.core.pooled import LISTEN_JOIN_SECONDS, PooledService
-from tenure.core.repository import Connected, LeaseStore, Repository, SchemaStore, SqsStore
+from tenure.core.repository import ClaimStore, Connected, LeaseStore, Repository, SchemaStore, SqsStore
 from tenure.core.repository.specs import Row
 from tenure.core.service import ListenLoop
 from tenure.core.shutdown import SHUTDOWN_DELAY_DEFAULT, SHUTDOWN_DELAY_MAX
@@ -33,7 +33,7 @@ log = logging.getLogger("tenure.sqs")
 T = TypeVar("T")
 
 
-class SqsMessageStore(Connected, SqsStore, LeaseStore, Protocol):
+class SqsMessageStore(Connected, SqsStore, ClaimStore, LeaseStore, Protocol):
     """What the message actions use: the sqs area, deletes through the lease area's
     ``complete_many`` (audited like a worker's), and the connection (a FIFO send's transaction)."""
 

@@ -41,7 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tenure import control
 from tenure.core.errors import ConfigError, first_line
-from tenure.ui import api, openapi, pages
+from tenure.ui import api, flow_api, openapi, pages
 from tenure.ui.auth import AuthError, Identity
 from tenure.ui.filters import FilterError
 from tenure.ui.service import END, UiService
@@ -52,7 +52,8 @@ EVENT_PING_SECONDS = 15.0
 DRAIN_RETRY_MS = 1000
 """The reconnection delay an event stream ends with when the server drains (its ``retry:`` field)."""
 _FORWARDED_PREFIX = re.compile(r"^(/[A-Za-z0-9._~-]+)+/?$")
-ASSETS = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+ASSETS = {"app.js": "text/javascript; charset=utf-8", "flow.js": "text/javascript; charset=utf-8",
+          "app.css": "text/css; charset=utf-8"}
 
 
 class PrefixMiddleware:
@@ -245,7 +246,7 @@ def build_app(service: UiService) -> ASGIApp:
               Route("/api/v1/openapi.json", openapi_document, methods=["GET"]),
               Route("/api/v1/events", events, methods=["GET"])]
     routes += [Route(f"/api/v1/{path}", _api_endpoint(handler, mutates), methods=[method])
-               for method, path, handler, mutates in api.ROUTES]
+               for method, path, handler, mutates in api.ROUTES + flow_api.ROUTES]
     routes.append(Route("/api/{rest:path}", api_not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]))
     routes += [Route(path, _page(name), methods=["GET"]) for name, path in pages.PAGES.items()]
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -48,6 +48,34 @@ def _path(name: str, where: str = "path") -> dict[str, Any]:
     return {"name": name, "in": where, "required": True, "schema": {"type": "string"}}
 
 
+def _flow_paths() -> dict[str, Any]:
+    """The Flow page's endpoints (:mod:`tenure.ui.flow_api`, docs/flow.md)."""
+    def body(required: list[str], **props: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "required": required, "properties": props, "additionalProperties": False}
+    return {
+        "/flow": {"get": _op("per queue with flow settings its per-key running limit and busiest keys (running, limit, "
+                             "weight, ready, blocked, oldest wait); every rate limit (per second, burst, per key, "
+                             "buckets, tokens now, paused until); the latest changes",
+                             params=[{"name": "keys", "in": "query", "required": False, "description": "keys per queue",
+                                      "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}])},
+        "/flow/queues/{name}/per-key-running": {"post": _op(
+            "cap the running jobs of every flow key of a queue (0: no cap); audited in flow_changes", mutates=True,
+            params=[_path("name")], body=body(["per_key_running"], per_key_running={"type": "integer", "minimum": 0}))},
+        "/flow/queues/{name}/key": {"post": _op(
+            "one key's own running limit (0 removes it) and/or weight (1 is the default); audited in flow_changes",
+            mutates=True, params=[_path("name")],
+            body=body(["key"], key={"type": "string"}, running={"type": "integer", "minimum": 0},
+                      weight={"type": "number", "exclusiveMinimum": 0, "maximum": 1000}))},
+        "/flow/rate-limits/{name}": {"post": _op(
+            "create or change a rate limit (a token bucket; burst left out: per_second rounded up); audited",
+            mutates=True, params=[_path("name")],
+            body=body(["per_second"], per_second={"type": "number", "exclusiveMinimum": 0, "maximum": 1e6},
+                      burst={"type": "integer", "minimum": 1, "maximum": 1_000_000}, per_key={"type": "boolean"}))},
+        "/flow/rate-limits/{name}/delete": {"post": _op("delete a rate limit (404 if there is none); audited",
+                                                        mutates=True, params=[_path("name")])},
+    }
+
+
 def document(prefix: str) -> dict[str, Any]:
     filter_schema = {"type": "object", "properties": {f: {"type": "string"} for f in FIELDS},
                      "additionalProperties": False}
@@ -85,6 +113,7 @@ def document(prefix: str) -> dict[str, Any]:
                                     mutates=True, body={"type": "object", "properties": {
                                         "filter": filter_schema, "ids": {"type": "array", "items": {"type": "integer"}},
                                         "dry_run": {"type": "boolean"}, "rate": {"type": "number", "default": 50}}})},
+        **_flow_paths(),
         "/periodic": {"get": _op("periodic schedules: cron, timezone, last and next slot, skipped slots")},
         "/workers": {"get": _op("workers from the registry: heartbeat age, held jobs")},
         "/events": {"get": {"summary": "server-sent events: `change` with new_jobs [first, last] and changed_jobs ids",

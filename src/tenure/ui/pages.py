@@ -11,13 +11,13 @@ from html import escape
 from tenure.core.version import __version__
 from tenure.ui.auth import Identity
 
-PAGES = {"overview": "/", "queue": "/queues/{name}", "jobs": "/jobs", "job": "/jobs/{id}", "dlq": "/dlq",
-         "periodic": "/periodic", "workers": "/workers"}
+PAGES = {"overview": "/", "queue": "/queues/{name}", "flow": "/flow", "jobs": "/jobs", "job": "/jobs/{id}",
+         "dlq": "/dlq", "periodic": "/periodic", "workers": "/workers"}
 """Page name -> path below the prefix."""
-TITLES = {"overview": "Queues", "queue": "Queue", "jobs": "Jobs", "job": "Job", "dlq": "Dead letters", "periodic": "Periodic",
-          "workers": "Workers"}
+TITLES = {"overview": "Queues", "queue": "Queue", "flow": "Flow", "jobs": "Jobs", "job": "Job", "dlq": "Dead letters",
+          "periodic": "Periodic", "workers": "Workers"}
 CURRENT = ' aria-current="page"'
-NAV = ("overview", "jobs", "dlq", "periodic", "workers")
+NAV = ("overview", "flow", "jobs", "dlq", "periodic", "workers")
 CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"
 
 

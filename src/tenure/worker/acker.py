@@ -1,7 +1,8 @@
 """The acknowledgement thread (River's completer): writes outcomes in batches, on its own
 connection, as compare-and-sets on each attempt's token.
 
-All completions of a batch go in one statement; retries, dead-letters and releases one each.
+All completions of a batch go in one statement; retries, dead-letters, releases and rate-limited
+hand-backs one each.
 A batch holds at most ``ACK_BATCH_MAX_DEFAULT`` outcomes: when outcomes pile up (a slow
 statement, a lock, a failover) the thread writes them in bounded batches, one after another, so
 no statement grows with the backlog (issue 40: an unbounded batch made each statement slower
@@ -50,7 +51,7 @@ milliseconds and covers a worker of concurrency 200 that finished everything at 
 or two statements."""
 
 
-_STALE_OPERATION = {"retry": "retry", "dead": "dead_letter", "release": "release"}
+_STALE_OPERATION = {"retry": "retry", "dead": "dead_letter", "release": "release", "rate_limited": "rate_limited"}
 """The ``operation`` label (metrics.STALE_WRITE_OPERATIONS) of a rejected outcome write."""
 
 
@@ -251,6 +252,11 @@ class Acker:
                                   reason=o.reason, queue=job.queue)
                 if ok:
                     (self.metrics.deferred if o.event == "deferred" else self.metrics.released).labels(*labels).inc()
+            elif o.kind == "rate_limited":
+                ok = repo.rate_limited(self.worker_id, job.id, job.lock_token, delay=o.delay, limit=o.rate_limit,
+                                       reason=o.reason, queue=job.queue)
+                if ok:
+                    self.metrics.rate_limited.labels(*labels).inc()
             if not ok:
                 self.metrics.stale_writes.labels(*labels, _STALE_OPERATION[o.kind]).inc()
             done.append(o)

@@ -43,6 +43,15 @@ class Task:
     None: unbounded (only ``--max-lease-total`` bounds it)."""
     flow_key: FlowKeyOf | None = None
     """Derives the flow key of a job enqueued with :meth:`App.enqueue` from its payload."""
+    rate_limit: str | None = None
+    """The rate limit a job enqueued with :meth:`App.enqueue` names (docs/flow.md)."""
+    rate_units: int = 1
+    """The tokens such a job takes from it."""
+
+    @property
+    def rate_ref(self) -> str | None:
+        """``"NAME:UNITS"`` of the task's rate limit, None without one."""
+        return f"{self.rate_limit}:{self.rate_units}" if self.rate_limit is not None else None
 
     def derive_flow_key(self, payload: Any) -> str | None:
         """The flow key the task's ``flow_key`` callable gives ``payload`` (None without one).
@@ -132,7 +141,8 @@ class App:
              max_delay: float | None = None, validate: Validator | None = None,
              payload_version: int = 1, timeout: float | None = None,
              error_mappers: tuple[ExceptionMapper, ...] = (),
-             flow_key: FlowKeyOf | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             flow_key: FlowKeyOf | None = None, rate_limit: str | None = None,
+             rate_units: int = 1) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register a handler under ``name`` (default: the function name).
 
         ``timeout`` bounds one attempt's run time in seconds: an async handler is cancelled, a
@@ -142,12 +152,16 @@ class App:
         ``flow_key`` is a function of the payload returning the job's flow key (a string) or
         None, e.g. ``flow_key=lambda p: f"tenant:{p['tenant']}"``: :meth:`enqueue` derives the
         key of each job of this task with it (docs/flow.md).
+
+        ``rate_limit`` names a rate limit (``tenure flow rate NAME``) that each job of this task
+        enqueued with :meth:`enqueue` takes ``rate_units`` tokens of when claimed (docs/flow.md).
         """
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout > 0 or timeout != timeout or timeout == float("inf")):
             raise ConfigError(f"task timeout must be a positive number of seconds, got {timeout!r}")
         if flow_key is not None and not callable(flow_key):
             raise ConfigError(f"task flow_key must be a function of the payload, got {flow_key!r}")
+        _check_task_rate(rate_limit, rate_units)
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             task_name = name or fn.__name__
@@ -163,6 +177,7 @@ class App:
                 queue=queue or self.default_queue, retry=policy, validate=validate,
                 payload_version=payload_version, error_mappers=error_mappers + self.error_mappers,
                 timeout=float(timeout) if timeout is not None else None, flow_key=flow_key,
+                rate_limit=rate_limit, rate_units=rate_units,
                 overrides=tuple((k, float(v)) for k, v in (("base_delay", base_delay), ("max_delay", max_delay),
                                                            ("max_attempts", max_attempts)) if v is not None))
             return fn
@@ -189,12 +204,13 @@ class App:
     def enqueue(self, conn: psycopg.Connection[Any], task: str, payload: Any = None, *, schema: str = "tenure",
                 queue: str | None = None, flow_key: str | None = None, idempotency_key: str | None = None,
                 delay: float = 0.0, max_attempts: int | None = None, correlation_id: str | None = None,
-                priority: int = 0) -> EnqueueResult:
+                priority: int = 0, rate_limit: str | None = None) -> EnqueueResult:
         """:func:`tenure.enqueue` for a task of this app, on the caller's connection (inside its
         transaction if one is open): the job goes to the task's queue unless ``queue`` is
         given, carries the task's payload version, ``max_attempts`` defaults to the task's, and
         its flow key is ``flow_key`` when given, else what the task's ``flow_key`` callable
-        derives from the payload (see :meth:`enqueue_options`). Refuses what
+        derives from the payload (see :meth:`enqueue_options`); its rate limit is ``rate_limit``
+        (``"NAME"`` or ``"NAME:UNITS"``) when given, else the task's. Refuses what
         :func:`tenure.enqueue` refuses (JobSpecError) before writing anything."""
         registered, target, key = self.enqueue_options(task, payload, queue=queue, flow_key=flow_key)
         from tenure.core.repository import Repository
@@ -202,11 +218,24 @@ class App:
             task, payload, queue=target, idempotency_key=idempotency_key, delay=delay,
             max_attempts=registered.retry.max_attempts if max_attempts is None else max_attempts,
             payload_version=registered.payload_version, correlation_id=correlation_id, priority=priority,
-            flow_key=key)
+            flow_key=key, rate_limit=rate_limit if rate_limit is not None else registered.rate_ref)
 
     @property
     def queues(self) -> list[str]:
         return sorted({t.queue for t in self.tasks.values()} or {self.default_queue})
+
+
+def _check_task_rate(rate_limit: Any, rate_units: Any) -> None:
+    """ConfigError for a task's bad rate limit name or units (or units without a limit)."""
+    from tenure.core.repository.specs import check_rate_limit_name, check_rate_units
+    try:
+        if rate_limit is not None:
+            check_rate_limit_name(rate_limit)
+        check_rate_units(rate_units)
+    except JobSpecError as exc:
+        raise ConfigError(f"task {exc}") from None
+    if rate_limit is None and rate_units != 1:
+        raise ConfigError("task rate_units needs a rate_limit")
 
 
 def load_app(spec: str) -> App:

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import psycopg
 
@@ -30,6 +30,7 @@ from tenure.core.errors import (
     first_line,
 )
 from tenure.core.repository import ClaimedJob, ExecutionStore, LeaseStore
+from tenure.worker.backpressure import RateLimited, check_limit, check_retry_after
 
 log = logging.getLogger("tenure.worker")
 
@@ -346,6 +347,19 @@ class JobContext:
             self.signal_lease_lost("checkpoint rejected: token no longer current")
             raise LeaseLost(f"checkpoint of job {self.job.id} rejected: token no longer current")
         self.job = replace(self.job, checkpoint_step=step, checkpoint_data=data)
+
+    def rate_limited(self, retry_after: float, *, limit: str | None = None) -> NoReturn:
+        """Hand the job back after an API said to slow down (HTTP 429): pending again in
+        ``retry_after`` seconds (database clock), without counting this attempt; with ``limit``,
+        that rate limit's bucket (the job's key's, if per key) is emptied and paused as long.
+        Raises :class:`~tenure.worker.backpressure.RateLimited` (let it propagate), or ValueError
+        for a bad ``retry_after`` (0 to one day) or an unknown limit, before anything changes."""
+        delay = check_retry_after(retry_after)
+        if limit is not None:
+            with self._repo() as repo:
+                if not repo.rate_limit_known(check_limit(limit)):
+                    raise ValueError(f"no rate limit named {limit!r} (tenure.flow.set_rate_limit creates one)")
+        raise RateLimited(delay, limit)
 
     @contextmanager
     def effect(self, key: str, *, defer_seconds: float = 1.0,

@@ -11,7 +11,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-STALE_WRITE_OPERATIONS = ("complete", "retry", "dead_letter", "release", "checkpoint", "heartbeat", "effect_succeed")
+STALE_WRITE_OPERATIONS = ("complete", "retry", "dead_letter", "release", "checkpoint", "heartbeat", "effect_succeed",
+                          "rate_limited")
 """Values of the ``operation`` label of ``tenure_stale_writes_rejected_total``: the write the
 token CAS refused. They match the ``operation`` that ``job_events`` records for the same write."""
 
@@ -49,6 +50,9 @@ class WorkerMetrics:
         self.deferred = Counter("tenure_jobs_deferred",
                                 "Jobs handed back because another live attempt holds their effect's idempotency key.",
                                 qt, registry=registry)
+        self.rate_limited = Counter("tenure_jobs_rate_limited",
+                                    "Jobs handed back without using an attempt by ctx.rate_limited (back-pressure).",
+                                    qt, registry=registry)
         self.timeouts = Counter("tenure_job_timeouts", "Attempts that ran past their task's timeout.", qt,
                                 registry=registry)
         self.cancelled_running = Counter("tenure_jobs_cancelled_while_running",
@@ -98,8 +102,8 @@ class WorkerMetrics:
         rate over them reads 0 rather than "no data" until the first event (a dashboard panel or
         alert on leases lost, stale writes or deferrals is empty otherwise). Counters whose extra
         label is open-ended (error_code) are left to their first increment."""
-        for counter in (self.claimed, self.completed, self.released, self.deferred, self.timeouts,
-                        self.cancelled_running, self.lease_extensions, self.leases_lost):
+        for counter in (self.claimed, self.completed, self.released, self.deferred, self.rate_limited,
+                        self.timeouts, self.cancelled_running, self.lease_extensions, self.leases_lost):
             counter.labels(queue, task)
         for operation in STALE_WRITE_OPERATIONS:
             self.stale_writes.labels(queue, task, operation)

@@ -1,7 +1,8 @@
 """What happens to an attempt, decided from the task, the exception and the retry policy:
-complete, retry (with a full-jitter delay), dead-letter, release (no attempt used) or drop
-(the lease is lost, so nothing may be written). Pure: no database, no metrics, no clock; the
-acker writes the result and the runtime counts it.
+complete, retry (with a full-jitter delay), dead-letter, release (no attempt used), rate_limited
+(back-pressure from the handler: no attempt used, a rate limit paused) or drop (the lease is lost,
+so nothing may be written). Pure: no database, no metrics, no clock; the acker writes the result
+and the runtime counts it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from tenure.core.backoff import RetryPolicy, full_jitter_delay
 from tenure.core.errors import AmbiguousError, EffectInDoubt, JobFailure, LeaseLost, PermanentError, classify_exception
 from tenure.core.redaction import Redaction
 from tenure.worker.app import Task
+from tenure.worker.backpressure import RateLimited, event_reason
 from tenure.worker.context import EffectDeferred, JobContext
 
-KINDS = ("complete", "retry", "dead", "release", "drop")
+KINDS = ("complete", "retry", "dead", "release", "rate_limited", "drop")
 
 
 @dataclass
@@ -27,7 +29,7 @@ class Outcome:
     kind: str
     """One of :data:`KINDS`."""
     delay: float = 0.0
-    """Seconds before a retried or released job is available again."""
+    """Seconds before a retried, released or rate-limited job is available again."""
     error: str = ""
     error_code: str = ""
     event: str = "released"
@@ -35,6 +37,8 @@ class Outcome:
     reason: str = ""
     failure_code: str = ""
     """The classified failure's code, when the handler failed (for the failure counter)."""
+    rate_limit: str | None = None
+    """The rate limit a ``rate_limited`` outcome pauses (None: only the job waits)."""
     runtime: float | None = None
     """The handler's wall time in seconds, for the runtime histogram (None: no handler ran to its
     end here, e.g. a job handed back by the drain)."""
@@ -76,6 +80,9 @@ def on_error(task: Task, ctx: JobContext, exc: BaseException, *, queue_policy: R
     job = ctx.job
     if isinstance(exc, EffectDeferred):
         return Outcome(ctx, "release", delay=exc.delay, event="deferred", reason=str(exc))
+    if isinstance(exc, RateLimited):
+        return Outcome(ctx, "rate_limited", delay=exc.delay, rate_limit=exc.limit,
+                       reason=event_reason(exc.delay, exc.limit))
     if isinstance(exc, LeaseLost) or ctx.lease_lost.is_set():
         return lost(task, ctx, f"lease lost: {exc}", queue_policy=queue_policy)
     failure: JobFailure = classify_exception(exc, task.error_mappers) if isinstance(exc, Exception) \

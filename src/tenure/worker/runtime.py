@@ -40,6 +40,7 @@ from tenure.core.redaction import Redaction
 from tenure.core.repository import PRIORITY_AGING_DEFAULT as PRIORITY_AGING_DEFAULT
 from tenure.core.repository import (
     ClaimedJob,
+    ClaimStore,
     Connected,
     HistoryStore,
     LeaseStore,
@@ -69,7 +70,7 @@ class StartStore(Connected, SchemaStore, HistoryStore, RegistryStore, Protocol):
     (:class:`~tenure.reaper.history.KeeperStore`), its registration."""
 
 
-class ClaimStore(Connected, LeaseStore, ReadStore, Protocol):
+class ClaimLoopStore(Connected, ClaimStore, LeaseStore, ReadStore, Protocol):
     """What the claim loop uses: the claim (lease area), the burst mode's look at the queues
     (reads area), and the connection it was built on (one per connection: the gate hint)."""
 
@@ -87,6 +88,9 @@ CLAIM_COALESCE_SECONDS = 0.002
 BURST_TAIL_POLL_SECONDS = 0.05
 """A burst worker with nothing left to claim while other workers' jobs still run looks again
 this often (instead of every poll interval), so it exits soon after the last one finishes."""
+RATE_WAIT_MIN_SECONDS = 0.01
+"""Shortest wait before claiming again when a rate limit held a job back (its tokens refill
+continuously, so this bounds the claims a short bucket costs)."""
 
 
 ASYNC_SETTLE_SECONDS = 5.0
@@ -271,7 +275,7 @@ class Worker:
         cfg = self.config
         coalesce_below = min(cfg.claim_batch, cfg.concurrency) // 2
         coalesced = False
-        repo: ClaimStore | None = None
+        repo: ClaimLoopStore | None = None
         while not self._stop_signalled:
             # Clear before looking: a wake-up that lands after this line is kept for the wait.
             self._wakeup.clear()
@@ -296,6 +300,9 @@ class Worker:
                     self.executor.dispatch(claimed)
                     if len(claimed) == want:
                         continue
+                    if repo.rate_wait is not None:
+                        # A rate limit held a job back: look again when its bucket has the tokens.
+                        wait = min(wait, max(repo.rate_wait, RATE_WAIT_MIN_SECONDS))
                 if cfg.burst and not claimed and not self.slots.busy():
                     pending, running = repo.queue_work(cfg.queues)
                     if not pending and not running:

@@ -14,7 +14,8 @@ file of the same name, ``sql/queries/<area>.sql``:
 - ``specs``: what an enqueue is made of (JobSpec, payload encoding, priorities); no SQL;
 - ``schema``: migrations, the version check, claim statistics;
 - ``enqueue``: one job or a batch;
-- ``lease``: claim, heartbeat and the fenced writes of an attempt (R1-R5);
+- ``claim``: the claims, hot, gated and fair (R1; flow control, docs/flow.md);
+- ``lease``: heartbeat and the fenced writes of an attempt (R1-R5);
 - ``reaping``: the reaper's candidates, CAS and cycle counter (R7);
 - ``reads``: a job, its events, queue figures, the doctor's views;
 - ``registry``: workers (R9); ``executions``: the execution store (R14);
@@ -22,7 +23,8 @@ file of the same name, ``sql/queries/<area>.sql``:
 - ``periodic``: periodic schedules; ``sqs``: the queues and messages of `tenure sqs`;
 - ``browse``: the job browser of `tenure ui` and `tenure jobs list` (one filter for pages, counts,
   bulk actions and the CLI's listing);
-- ``flow``: per-key running limits and their status (the claim enforces them);
+- ``flow``: per-key running limits, weights and rate limits, and their status (the claim
+  enforces them);
 - ``series``: the job browser's charts per time bucket, and the queue depth samples;
 - ``history``: where completed jobs live (day partitions, the batched move, retention of
   completed and cancelled jobs); :mod:`tenure.reaper.history` decides when they run.
@@ -38,6 +40,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tenure.core.repository.browse import COUNT_BUDGET_MS_DEFAULT, COUNT_CAP_DEFAULT, BrowseQueries, JobCount, JobFilter
+from tenure.core.repository.claim import ClaimQueries
 from tenure.core.repository.control import ControlQueries
 from tenure.core.repository.dlq import DeadLetterQueries
 from tenure.core.repository.enqueue import EnqueueQueries
@@ -82,6 +85,7 @@ from tenure.core.repository.specs import (
 from tenure.core.repository.sqs import SQS_TASK, SqsQueries
 from tenure.core.repository.stores import (
     BrowseStore,
+    ClaimStore,
     Connected,
     ControlStore,
     DeadLetterStore,
@@ -107,22 +111,22 @@ __all__ = [
     "ReapDecision", "Reaped", "Repository", "Row", "check_priority", "encode_payload", "iter_batches",
     "max_payload_bytes",
     # The faces (tenure.core.repository.stores).
-    "BrowseStore", "Connected", "ControlStore", "DeadLetterStore", "EnqueueStore", "ExecutionStore", "FlowStore",
+    "BrowseStore", "ClaimStore", "Connected", "ControlStore", "DeadLetterStore", "EnqueueStore", "ExecutionStore", "FlowStore",
     "HistoryStore", "LeaseStore", "PeriodicStore", "ReadStore", "ReapingStore", "RegistryStore", "SchemaStore", "SeriesStore",
     "SqsStore",
 ]
 
 
-class Repository(SchemaQueries, EnqueueQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
+class Repository(SchemaQueries, EnqueueQueries, ClaimQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
                  ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries, BrowseQueries,
                  HistoryQueries, FlowQueries, SeriesQueries):
     """Named queries bound to one connection and one schema: every area's queries together."""
 
 
 if TYPE_CHECKING:
-    def _faces(repo: Repository) -> tuple[Connected, SchemaStore, EnqueueStore, LeaseStore, ReapingStore, ReadStore,
-                                          RegistryStore, ExecutionStore, DeadLetterStore, ControlStore,
+    def _faces(repo: Repository) -> tuple[Connected, SchemaStore, EnqueueStore, ClaimStore, LeaseStore, ReapingStore,
+                                          ReadStore, RegistryStore, ExecutionStore, DeadLetterStore, ControlStore,
                                           PeriodicStore, SqsStore, BrowseStore, HistoryStore, FlowStore,
                                           SeriesStore]:
         """Never called: mypy checks here that a Repository is every face its callers declare."""
-        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo)
+        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tenure.core import tracing
 from tenure.core.errors import JobSpecError
 from tenure.core.repository.base import RepositoryBase
-from tenure.core.repository.specs import PRIORITY_DEFAULT, EnqueueResult, JobSpec, check_text
+from tenure.core.repository.specs import (
+    PRIORITY_DEFAULT,
+    EnqueueResult,
+    JobSpec,
+    check_rate_limits_known,
+    check_text,
+)
 
 
 class EnqueueQueries(RepositoryBase):
@@ -17,21 +23,29 @@ class EnqueueQueries(RepositoryBase):
     def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
                 idempotency_key: str | None = None, delay: float = 0.0, max_attempts: int = 5,
                 payload_version: int = 1, correlation_id: str | None = None,
-                priority: int = PRIORITY_DEFAULT, flow_key: str | None = None) -> EnqueueResult:
+                priority: int = PRIORITY_DEFAULT, flow_key: str | None = None,
+                rate_limit: str | None = None) -> EnqueueResult:
         """Insert a job (or return the existing one with the same idempotency key).
-        Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything.
-        Traced (:mod:`tenure.core.tracing`): a PRODUCER span, whose context is stored with the job."""
-        text = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority, flow_key).validate()
+        Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything, and
+        a ``rate_limit`` (``"NAME"`` or ``"NAME:UNITS"``) naming no rate limit, or asking more
+        units than its burst. Traced (:mod:`tenure.core.tracing`): a PRODUCER span, whose
+        context is stored with the job."""
+        spec = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority, flow_key, rate_limit)
+        text = spec.validate()
         if isinstance(payload_version, bool) or not isinstance(payload_version, int) or payload_version < 1:
             raise JobSpecError(f"payload_version must be a whole number >= 1, got {payload_version!r}")
         if correlation_id is not None:
             check_text("correlation id", correlation_id, name=False)
+        rate = spec.rate
+        if rate is not None:
+            self._check_rates([rate])
         with tracing.producer(queue, task) as span:
             params = {"queue": queue, "task": task, "payload": text, "priority": priority,
                       "payload_version": payload_version, "max_attempts": max_attempts,
                       "delay": float(delay), "idempotency_key": idempotency_key,
                       "correlation_id": correlation_id, "channel": self.channel,
-                      "trace_context": span.traceparent, "flow_key": flow_key}
+                      "trace_context": span.traceparent, "flow_key": flow_key,
+                      "rate_limit": rate[0] if rate else None, "rate_units": rate[1] if rate else 1}
             for attempt in range(5):
                 row = self._one("job_enqueue", params)
                 if row is not None:
@@ -46,11 +60,14 @@ class EnqueueQueries(RepositoryBase):
 
     def enqueue_many(self, jobs: Sequence[JobSpec]) -> int:
         """Insert a batch in one statement; returns how many were new (key duplicates skipped).
-        Every job is validated (:meth:`JobSpec.validate`) before anything is written.
+        Every job is validated (:meth:`JobSpec.validate`), and its rate limit looked up (as in
+        :meth:`enqueue`), before anything is written.
         Traced: one PRODUCER span per job (a key duplicate's span is marked ``tenure.deduplicated``)."""
         if not jobs:
             return 0
         payloads = [j.validate() for j in jobs]
+        rates = [j.rate for j in jobs]
+        self._check_rates(r for r in rates if r is not None)
         spans = [tracing.start_producer(j.queue, j.task) for j in jobs] if tracing.enabled() else []
         row: dict[str, Any] | None = None
         try:
@@ -60,6 +77,7 @@ class EnqueueQueries(RepositoryBase):
                 "max_attempts": [j.max_attempts for j in jobs], "delays": [float(j.delay) for j in jobs],
                 "idempotency_keys": [j.idempotency_key for j in jobs],
                 "priorities": [j.priority for j in jobs], "flow_keys": [j.flow_key for j in jobs],
+                "rate_limits": [r[0] if r else None for r in rates], "rate_units": [r[1] if r else 1 for r in rates],
                 "channel": self.channel,
                 "trace_contexts": [s.traceparent for s in spans] or [None] * len(jobs)})
         except BaseException as exc:
@@ -70,6 +88,21 @@ class EnqueueQueries(RepositoryBase):
             if spans:
                 self._name_traced(spans, row)
         return int(row["inserted"]) if row else 0
+
+    def enqueue_rate_limits(self, names: Iterable[str]) -> dict[str, int]:
+        """The burst of each rate limit among ``names`` that exists (an unknown name is absent)."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return {}
+        return {str(r["name"]): int(r["burst"]) for r in self._rows("job_rate_limit_list", {"names": wanted})}
+
+    def _check_rates(self, refs: Iterable[tuple[str, int]]) -> None:
+        """JobSpecError for a reference to an unknown rate limit or more units than its burst.
+        Looked up just before the insert: a limit deleted in between limits nothing (the claim
+        skips unknown names), so no lock is worth more than this."""
+        refs = list(refs)
+        if refs:
+            check_rate_limits_known(refs, self.enqueue_rate_limits(name for name, _ in refs))
 
     @staticmethod
     def _name_traced(spans: list[tracing.ProducerSpan], row: dict[str, Any] | None) -> None:

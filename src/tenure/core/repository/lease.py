@@ -1,11 +1,11 @@
-"""The lease protocol (R1-R5): claim, heartbeat, and the fenced writes that end or move an attempt.
+"""The lease protocol (R1-R5): the claimed job, heartbeat, and the fenced writes that end or move an
+attempt (the claim itself is :mod:`tenure.core.repository.claim`).
 
 Every write that changes a claimed job is a compare-and-set on ``(id, status='running', locked_by,
 lock_token)``; a rejected stale write is recorded in ``job_events`` and never changes the row (R2)."""
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,8 +13,6 @@ from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from tenure.core.repository.base import RepositoryBase
@@ -92,70 +90,8 @@ class HeartbeatOutcome:
     """Seconds of lease left after renewal, by the DB clock (less than the lease when capped)."""
 
 
-GATED_CLAIM_PASSES_MAX = 4
-"""Statements one gated claim may run in its transaction when per-key limits cut a pass short."""
-
-
 class LeaseQueries(RepositoryBase):
-    """Claims and the token-fenced writes of one delivery attempt."""
-
-    def claim(self, worker_id: str, queues: Sequence[str], limit: int, lease: float,
-              aging: float = PRIORITY_AGING_DEFAULT) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs: paused queues are skipped, a queue's global ``max_running``
-        and its per-key limits (docs/flow.md) cap what is taken, jobs ready longer than ``aging``
-        seconds go first (oldest first), then priority order.
-
-        Without a limit on any of ``queues`` this is one autocommit statement (``job_claim``,
-        one round trip). A limited queue needs two statements in one transaction (sent as one
-        pipeline): the first locks the control rows of the limited queues, so the claim's
-        snapshot (``job_claim_gated``) sees every committed claim of those queues (a count
-        inside one statement would race). The ungated statement finds out by itself (it then
-        claims nothing and says so); this repository remembers it and claims gated until the
-        gate finds no limit any more, so a worker on a limited queue pays no extra round trip
-        per claim. With per-key limits, a pass that comes back short is followed by another in
-        the same transaction (at most :data:`GATED_CLAIM_PASSES_MAX` in all).
-
-        The hot path: rows arrive as tuples in :class:`ClaimedJob`'s field order (checked
-        against the statement's columns on every call) and become jobs without a dict per row
-        or the frozen ``__init__``."""
-        params = {"queues": list(queues), "limit": limit, "lease": float(lease),
-                  "worker_id": worker_id, "aging": float(aging)}
-        own_tx = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        rows: list[tuple[Any, ...]] = []
-        if own_tx and not self._claim_gated:
-            with self.conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(self._q["job_claim"], params)
-                rows = cur.fetchall()
-                check_claim_columns(cur.description)
-            if not rows or rows[-1][0] is not None:
-                return claimed_jobs(rows)
-            self._claim_gated = True  # a requested queue has a running limit: nothing was claimed
-        with self.conn.cursor(row_factory=tuple_row) as gate, self.conn.cursor(row_factory=tuple_row) as cur:
-            with contextlib.ExitStack() as stack:
-                if own_tx:
-                    stack.enter_context(self.conn.pipeline())
-                    stack.enter_context(self.conn.transaction())
-                gate.execute(self._q["queue_claim_gate"], params)
-                cur.execute(self._q["job_claim_gated"], params)
-                # In a pipeline the results (and the descriptions) arrive at its sync: one round trip.
-                limited = gate.fetchall()
-                rows = cur.fetchall()
-                check_claim_columns(cur.description)
-                got = len(rows)
-                passes = 1
-                # A per-key limit keeps at most each key's room of the candidates it locked (4x
-                # the room), so one key with a long run of ready jobs at the head can cut a pass
-                # short while other keys wait: claim again in the same transaction, where the
-                # key now counts as full and is skipped. A pass that takes nothing ends it.
-                while (any(keyed for _, keyed in limited) and 0 < got and len(rows) < limit
-                       and passes < GATED_CLAIM_PASSES_MAX):
-                    cur.execute(self._q["job_claim_gated"], {**params, "limit": limit - len(rows)})
-                    more = cur.fetchall()
-                    rows += more
-                    got = len(more)
-                    passes += 1
-        self._claim_gated = bool(limited)
-        return claimed_jobs(rows)
+    """The token-fenced writes of one delivery attempt (the claim is :mod:`.claim`'s)."""
 
     def heartbeat(self, worker_id: str, held: Sequence[tuple[int, uuid.UUID]], lease: float,
                   max_lease_total: float, effect_tokens: Sequence[uuid.UUID] = (),
@@ -249,3 +185,17 @@ class LeaseQueries(RepositoryBase):
         event = "heartbeat_lost" if operation == "heartbeat" else "stale_write_rejected"
         self._rows("job_event_stale_write", {"id": job_id, "token": token, "worker_id": worker_id, "queue": queue,
                                              "event": event, "reason": reason, "operation": operation})
+
+    def rate_limit_known(self, name: str) -> bool:
+        """Whether a rate limit named ``name`` exists (``ctx.rate_limited`` refuses an unknown one)."""
+        return self._one("job_rate_limit_lookup", {"name": name}) is not None
+
+    def rate_limited(self, worker_id: str, job_id: int, token: uuid.UUID, *, delay: float,
+                     limit: str | None = None, reason: str = "", queue: str | None = None) -> bool:
+        """Back-pressure from a handler (CAS on the token): the job is pending again ``delay``
+        seconds from now without using up the attempt, with a ``rate_limited`` event; with
+        ``limit``, that limit's bucket (the job's key's, if per key) is emptied and paused as
+        long, in the same statement (created if missing; a pause already longer is kept)."""
+        return self._cas("job_rate_limited", "rate_limited", {
+            "id": job_id, "token": token, "worker_id": worker_id, "delay": float(delay),
+            "limit": limit, "reason": reason}, queue)

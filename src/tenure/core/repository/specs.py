@@ -105,6 +105,56 @@ def check_flow_key(value: Any) -> str:
     return str(value)
 
 
+RATE_LIMIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+"""A rate limit's name: a letter or digit, then up to 99 of letters, digits, ``_``, ``.``, ``-``
+(the schema's CHECK on ``rate_limits.name`` says the same)."""
+RATE_UNITS_MAX = 1_000_000
+"""The most tokens one job may take from its rate limit (the schema's CHECK on ``jobs.rate_units``)."""
+
+
+def check_rate_limit_name(value: Any) -> str:
+    """Refuse (JobSpecError) a rate limit name that :data:`RATE_LIMIT_NAME` does not match; returns it."""
+    if not isinstance(value, str) or not RATE_LIMIT_NAME.fullmatch(value):
+        raise JobSpecError(f"rate limit name must be 1 to 100 letters, digits, '_', '.' or '-', starting with "
+                           f"a letter or digit, got {value!r}"[:300])
+    return value
+
+
+def check_rate_units(value: Any) -> int:
+    """Refuse (JobSpecError) units that are not a whole number from 1 to :data:`RATE_UNITS_MAX`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= RATE_UNITS_MAX:
+        raise JobSpecError(f"rate limit units must be a whole number from 1 to {RATE_UNITS_MAX}, got {value!r}"[:300])
+    return value
+
+
+def parse_rate_limit_ref(value: Any) -> tuple[str, int]:
+    """``"NAME"`` (1 unit) or ``"NAME:UNITS"`` as (name, units); JobSpecError when malformed."""
+    if not isinstance(value, str):
+        raise JobSpecError(f"rate limit must be a string NAME or NAME:UNITS, got {value!r}"[:300])
+    name, sep, units = value.partition(":")
+    if not sep:
+        return check_rate_limit_name(name), 1
+    check_rate_limit_name(name)
+    if not units.isascii() or not units.isdigit() or len(units) > 7:
+        raise JobSpecError(f"rate limit units must be a whole number from 1 to {RATE_UNITS_MAX}, "
+                           f"got {units!r} in {value!r}"[:300])
+    return name, check_rate_units(int(units))
+
+
+def check_rate_limits_known(refs: Iterable[tuple[str, int]], bursts: dict[str, int]) -> None:
+    """Refuse (JobSpecError) a reference to a rate limit not in ``bursts`` (name -> burst), or one
+    asking more units than the limit's burst (its bucket never holds them, so the job could never
+    be claimed)."""
+    for name, units in refs:
+        burst = bursts.get(name)
+        if burst is None:
+            raise JobSpecError(f"unknown rate limit {name!r} (create it with `tenure flow rate {name} "
+                               f"--per-second R`)"[:300])
+        if units > burst:
+            raise JobSpecError(f"a job taking {units} units of rate limit {name!r} could never be claimed: "
+                               f"its burst is {burst}")
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One job to enqueue. :meth:`validate` is the one check every enqueue path runs
@@ -119,11 +169,19 @@ class JobSpec:
     priority: int = PRIORITY_DEFAULT
     flow_key: str | None = None
     """A tenant, an account: what flow control counts and limits by (docs/flow.md)."""
+    rate_limit: str | None = None
+    """A rate limit's name, ``"NAME"`` (1 unit) or ``"NAME:UNITS"``: the claim takes that many
+    tokens from its bucket (docs/flow.md). Enqueue refuses an unknown name."""
+
+    @property
+    def rate(self) -> tuple[str, int] | None:
+        """The rate limit's (name, units), None without one; JobSpecError when malformed."""
+        return parse_rate_limit_ref(self.rate_limit) if self.rate_limit is not None else None
 
     def validate(self) -> str:
         """Raise JobSpecError (a ValueError) naming the first invalid field: an empty task or queue
         name (or one with surrounding whitespace or a NUL), an empty idempotency key or flow key (or
-        one over 200 bytes), ``max_attempts``
+        one over 200 bytes), a malformed rate limit reference, ``max_attempts``
         not a whole number from 1 to 2^31-1, a delay that is negative, not finite or above 100 years,
         or a payload jsonb cannot store (PayloadError). Returns the payload's stored JSON text."""
         check_text("task name", self.task)
@@ -131,6 +189,8 @@ class JobSpec:
         check_priority(self.priority)
         if self.flow_key is not None:
             check_flow_key(self.flow_key)
+        if self.rate_limit is not None:
+            parse_rate_limit_ref(self.rate_limit)
         if self.idempotency_key is not None:
             check_text("idempotency key", self.idempotency_key, name=False)
         attempts = self.max_attempts

@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 from tenure.core.repository.base import RepositoryBase
 from tenure.core.repository.lease import PRIORITY_AGING_DEFAULT, ClaimedJob, check_claim_columns, claimed_jobs
 from tenure.core.repository.specs import Row
-from tenure.core.repository.stores import LeaseStore
+from tenure.core.repository.stores import ClaimStore
 
 SQS_TASK = "sqs.message"
 """The task of every job an SQS client sends (a tenure App handler registers this name)."""
@@ -173,7 +173,7 @@ class SqsQueries(RepositoryBase):
         three. The connection must be idle, in autocommit.
 
         A queue with a global running limit makes the ungated claim take nothing and say so;
-        the expiry has then committed and the claim runs gated (:meth:`LeaseQueries.claim`),
+        the expiry has then committed and the claim runs gated (:meth:`ClaimQueries.claim`),
         its first receives by id: a few more round trips, on limited queues only."""
         base = {"queue": queue, "worker_id": worker_id}
         claim = {"queues": [queue], "limit": limit, "lease": float(lease), "worker_id": worker_id,
@@ -192,7 +192,7 @@ class SqsQueries(RepositoryBase):
             check_claim_columns(cur.description)
             times = {int(r["job_id"]): (int(r["first_ms"]), int(r["sent_ms"])) for r in firsts.fetchall()}
         if rows and rows[-1][0] is None:  # the ungated claim's marker: a running limit applies
-            jobs = cast(LeaseStore, self).claim(worker_id, [queue], limit, lease)  # a Repository is both
+            jobs = cast(ClaimStore, self).claim(worker_id, [queue], limit, lease)  # a Repository is both
             return jobs, self.sqs_first_receive([j.id for j in jobs])
         jobs = claimed_jobs(rows)
         return jobs, {j.id: times[j.id] for j in jobs if j.id in times}

@@ -6,20 +6,21 @@
 // filter: retry-matching, cancel-matching, replay-matching). Confirmations: dialog [data-confirm=yes].
 // Charts (the queues page and each queue's page): figure[data-chart] (throughput, failures, wait,
 // depth) holding the server's SVG, with data-total; the window is select[data-window].
+// The Flow page (flow.js) has its own hooks: data-flow-queue, data-flow-key, data-rate-limit, data-flow-form.
 
 const body = document.body.dataset;
 const PREFIX = body.prefix || "";
-const CAN_WRITE = body.canWrite === "true";
+export const CAN_WRITE = body.canWrite === "true";
 const CSRF = body.csrf || "";
 const main = document.querySelector("main");
-const content = document.getElementById("content");
+export const content = document.getElementById("content");
 const PAGE = main ? main.dataset.page : "error";
 const FILTERS = ["id", "queue", "status", "task", "priority_min", "priority_max", "created_since",
   "finished_since", "idempotency_key", "payload", "flow_key"];
 const STATUSES = ["", "pending", "running", "completed", "failed", "cancelled"];
 
 // ---------- small helpers ----------
-function el(tag, attrs = {}, ...children) {
+export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (v === undefined || v === null || v === false) continue;
@@ -34,13 +35,13 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-function when(value) {
+export function when(value) {
   if (!value) return "–";
   const d = new Date(value);
   return isNaN(d) ? String(value) : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
 }
 
-function ago(seconds) {
+export function ago(seconds) {
   if (seconds === null || seconds === undefined) return "–";
   const s = Number(seconds);
   if (s < 1) return `${(s * 1000).toFixed(0)} ms`;
@@ -50,9 +51,9 @@ function ago(seconds) {
 }
 
 function short(token) { return token ? String(token).slice(0, 8) : "–"; }
-function link(path, text, attrs = {}) { return el("a", { href: PREFIX + path, ...attrs }, text); }
+export function link(path, text, attrs = {}) { return el("a", { href: PREFIX + path, ...attrs }, text); }
 
-function notice(message, kind = "info") {
+export function notice(message, kind = "info") {
   let box = document.getElementById("notice");
   if (!box) {
     box = el("div", { id: "notice", role: "status" });
@@ -62,7 +63,7 @@ function notice(message, kind = "info") {
   box.textContent = message;
 }
 
-async function api(path, options = {}) {
+export async function api(path, options = {}) {
   const init = { headers: { Accept: "application/json" }, credentials: "same-origin", ...options };
   if (options.body !== undefined) {
     init.method = options.method || "POST";
@@ -81,23 +82,23 @@ async function api(path, options = {}) {
   return data;
 }
 
-function post(path, payload = {}) { return api(path, { body: payload }); }
+export function post(path, payload = {}) { return api(path, { body: payload }); }
 
-function table(headers, rows, attrs = {}) {
+export function table(headers, rows, attrs = {}) {
   return el("table", attrs, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
     el("tbody", {}, rows));
 }
 
-function section(title, ...children) {
+export function section(title, ...children) {
   return el("section", {}, el("h2", {}, title), ...children);
 }
 
-function actionButton(action, label, handler, extra = {}) {
+export function actionButton(action, label, handler, extra = {}) {
   return el("button", { type: "button", "data-action": action, onclick: handler, ...extra }, label);
 }
 
 // A confirmation that shows the count and resolves true when confirmed.
-function confirmDialog(text, confirmLabel) {
+export function confirmDialog(text, confirmLabel) {
   return new Promise((resolve) => {
     const dialog = el("dialog", { "data-confirm-dialog": true },
       el("p", { "data-confirm-text": true }, text),
@@ -111,16 +112,16 @@ function confirmDialog(text, confirmLabel) {
 }
 
 // ---------- live updates: server-sent events, with polling as the fallback ----------
-const live = { paused: false, handlers: [], source: null, timer: null, mode: "connecting" };
+export const live = { paused: false, handlers: [], source: null, timer: null, mode: "connecting" };
 
-function onChange(handler) { live.handlers.push(handler); }
+export function onChange(handler) { live.handlers.push(handler); }
 
 function fire(change) {
   if (live.paused) return;
   for (const h of live.handlers) h(change);
 }
 
-function liveControl() {
+export function liveControl() {
   const state = el("span", { class: "muted", "data-live-state": true }, "live: connecting");
   const button = el("button", { type: "button", "data-live-toggle": true }, "Pause live updates");
   button.addEventListener("click", () => {
@@ -543,7 +544,10 @@ async function workersPage() {
   setInterval(() => render().catch(() => {}), 3000);
 }
 
-const PAGES = { overview, queue: queuePage, jobs, dlq: jobs, job: jobDetail, periodic: periodicPage, workers: workersPage };
+// The Flow page lives in flow.js, which imports these helpers from this module.
+const flowPage = async () => (await import("./flow.js")).flowPage();
+const PAGES = { overview, queue: queuePage, flow: flowPage, jobs, dlq: jobs, job: jobDetail, periodic: periodicPage,
+  workers: workersPage };
 
 (async () => {
   const page = PAGES[PAGE];

@@ -19,10 +19,11 @@ WITH key AS (
     RETURNING idempotency_key
 ), ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, payload_version, max_attempts,
-                               available_at, idempotency_key, correlation_id, priority, trace_context, flow_key)
+                               available_at, idempotency_key, correlation_id, priority, trace_context, flow_key,
+                               rate_limit, rate_units)
     SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(payload_version)s, %(max_attempts)s,
            now() + make_interval(secs => %(delay)s), %(idempotency_key)s, %(correlation_id)s,
-           %(priority)s, %(trace_context)s, %(flow_key)s
+           %(priority)s, %(trace_context)s, %(flow_key)s, %(rate_limit)s, %(rate_units)s
     WHERE %(idempotency_key)s::text IS NULL OR EXISTS (SELECT 1 FROM key)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -46,9 +47,10 @@ RETURNING k.idempotency_key;
 WITH input AS (
     SELECT * FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
                          %(max_attempts)s::int[], %(delays)s::float8[], %(idempotency_keys)s::text[],
-                         %(priorities)s::smallint[], %(trace_contexts)s::text[], %(flow_keys)s::text[])
+                         %(priorities)s::smallint[], %(trace_contexts)s::text[], %(flow_keys)s::text[],
+                         %(rate_limits)s::text[], %(rate_units)s::int[])
                   WITH ORDINALITY AS t(queue_name, task, payload, max_attempts, delay, idempotency_key, priority,
-                                       trace_context, flow_key, ord)
+                                       trace_context, flow_key, rate_limit, rate_units, ord)
 ), keys AS (
     INSERT INTO {schema}.job_keys (idempotency_key)
     SELECT DISTINCT idempotency_key FROM input WHERE idempotency_key IS NOT NULL
@@ -56,9 +58,9 @@ WITH input AS (
     RETURNING idempotency_key
 ), ins AS (
     INSERT INTO {schema}.jobs (queue_name, task, payload, max_attempts, available_at, idempotency_key, priority,
-                               trace_context, flow_key)
+                               trace_context, flow_key, rate_limit, rate_units)
     SELECT queue_name, task, payload, max_attempts, now() + make_interval(secs => delay), idempotency_key, priority,
-           trace_context, flow_key
+           trace_context, flow_key, rate_limit, rate_units
     FROM input WHERE idempotency_key IS NULL OR idempotency_key IN (SELECT idempotency_key FROM keys)
     ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -70,3 +72,7 @@ SELECT count(*)::int AS inserted,
        array_agg(id) FILTER (WHERE trace_context IS NOT NULL) AS traced_ids,
        array_agg(trace_context) FILTER (WHERE trace_context IS NOT NULL) AS traced_contexts
 FROM ins WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: job_rate_limit_list
+-- The rate limits among the given names, with their bursts: enqueue refuses a job naming an unknown one, or more units than its burst.
+SELECT name, burst FROM {schema}.rate_limits WHERE name = ANY(%(names)s::text[]);

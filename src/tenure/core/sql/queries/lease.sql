@@ -1,192 +1,12 @@
--- The lease protocol (R1-R5): the claim (and its queue gate), the worker's heartbeat and the
--- token-fenced writes that end or move an attempt (complete, retry, dead-letter, release,
--- checkpoint); a rejected stale write is recorded in job_events and changes nothing (R2).
--- Run by src/tenure/core/repository/lease.py (LeaseQueries); `tenure sqs` claims with job_claim too.
+-- The lease protocol (R1-R5): the worker's heartbeat and the token-fenced writes that end or move
+-- an attempt (complete, retry, dead-letter, release, rate-limited, checkpoint); a rejected stale
+-- write is recorded in job_events and changes nothing (R2). The claims are in claim.sql.
+-- Run by src/tenure/core/repository/lease.py (LeaseQueries).
 --
 -- Format (every file in this directory, loaded together by tenure.core.queries): each block starts
 -- with `-- name: <entity>_<verb>` and a one-line description; names are unique across the files.
 -- `{schema}` becomes the quoted schema name, `{channel}` the wake-up channel, `{x_filter}` the
 -- fragment x_filter. Every time comparison uses the database clock (now()), never the worker's (R6).
-
--- name: job_claim
--- Claim up to `limit` ready jobs atomically (SKIP LOCKED): paused queues skipped, jobs ready longer than `aging` first (oldest first), then by priority; fresh token and fence per job, lease from the DB clock (R1).
--- One autocommit statement, the hot path. A requested queue with a running limit (a global
--- max_running, a per_key_running or a flow_keys row) makes it claim nothing and return one marker
--- row (all NULL) instead: the caller then claims with job_claim_gated, after queue_claim_gate in the
--- same transaction. Each queue (in the order given) is one index probe for the aged lane
--- (jobs_ready_idx) and one scan of the rest in priority order (jobs_ready_priority_idx); the lanes
--- are disjoint by available_at, so a row is never taken twice.
--- A running attempt is recorded on its jobs row (owner, token, fence, started_at); its audit row (the attempt
--- record) is written once, by whatever ends the attempt, so a claim inserts nothing into job_events.
-WITH q AS (
-    SELECT u.name, u.ord,
-           s.max_running IS NOT NULL OR s.per_key_running IS NOT NULL
-               OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = u.name) AS limited,
-           %(limit)s::int AS room
-    FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS u(name, ord)
-    LEFT JOIN {schema}.queues s ON s.name = u.name
-    WHERE s.paused IS NOT TRUE
-    ORDER BY u.ord
-), blocked AS (
-    SELECT coalesce(bool_or(limited), false) AS blocked FROM q
-), picked AS (
-    SELECT x.id FROM q CROSS JOIN LATERAL (
-        SELECT a.id FROM (
-            SELECT id FROM {schema}.jobs
-            WHERE status = 'pending' AND queue_name = q.name
-              AND available_at <= now() - make_interval(secs => %(aging)s)
-            ORDER BY available_at, id
-            LIMIT q.room FOR UPDATE SKIP LOCKED) a
-        UNION ALL
-        SELECT r.id FROM (
-            SELECT id FROM {schema}.jobs
-            WHERE status = 'pending' AND queue_name = q.name AND available_at <= now()
-              AND available_at > now() - make_interval(secs => %(aging)s)
-            ORDER BY priority DESC, available_at, id
-            LIMIT q.room FOR UPDATE SKIP LOCKED) r
-        LIMIT q.room
-    ) x
-    WHERE NOT (SELECT blocked FROM blocked)
-    LIMIT %(limit)s
-), claimed AS (
-    UPDATE {schema}.jobs j
-    SET status = 'running', started_at = now(), last_heartbeat_at = now(),
-        lease_expires_at = now() + make_interval(secs => %(lease)s),
-        locked_by = %(worker_id)s, lock_token = gen_random_uuid(),
-        fence = nextval('{schema}.job_fence_seq'),
-        attempt_count = j.attempt_count + 1, updated_at = now()
-    FROM picked WHERE j.id = picked.id
-    RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
-              j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
-              j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
-              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority,
-              j.trace_context, j.flow_key,
-              j.available_at <= now() - make_interval(secs => %(aging)s) AS aged, j.available_at
-)
-(SELECT id, queue_name, task, payload, payload_version, attempt_count, max_attempts, lock_token, fence,
-        idempotency_key, correlation_id, checkpoint_step, checkpoint_data, lease_expires_at, wait_seconds, priority,
-        trace_context, flow_key
- FROM claimed
- ORDER BY array_position(%(queues)s::text[], queue_name), aged DESC,
-          CASE WHEN aged THEN 0 ELSE -priority END, available_at, id)
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM blocked WHERE blocked;
-
--- name: job_claim_gated
--- Claim up to `limit` ready jobs of queues with a running limit, after queue_claim_gate in the same transaction: each queue capped by max_running minus its running count, and a queue with per-key limits never past any key's limit; otherwise as job_claim.
--- The gate's lock means every count below sees every committed claim of the queue.
--- A queue with per-key limits (`keyed`: a per_key_running or a flow_keys row) scans the same lanes
--- as job_claim but skips the jobs of keys already at their limit (counted from live running rows,
--- jobs_flow_running_idx), locks up to 4x its room as candidates, and keeps, per key, no more than
--- the key's room, in lane order. A running job counts until whatever ends its lease ends it; a
--- refused late write frees nothing. The caller claims again in the same transaction when a pass
--- comes back short (a key with a long run at the head). Kept apart from job_claim: the per-key
--- lane's plan costs the hot statement about 0.6 ms a claim to plan even when it is not taken.
-WITH q AS (
-    SELECT u.name, u.ord,
-           s.per_key_running IS NOT NULL
-               OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = u.name) AS keyed,
-           s.per_key_running,
-           CASE WHEN s.max_running IS NULL THEN %(limit)s::int
-                ELSE greatest(0, least(%(limit)s::int, s.max_running - (
-                    SELECT count(*)::int FROM {schema}.jobs r
-                    WHERE r.status = 'running' AND r.queue_name = u.name))) END AS room
-    FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS u(name, ord)
-    LEFT JOIN {schema}.queues s ON s.name = u.name
-    WHERE s.paused IS NOT TRUE
-    ORDER BY u.ord
-), picked AS (
-    SELECT x.id FROM q CROSS JOIN LATERAL (
-        SELECT a.id FROM (
-            SELECT id FROM {schema}.jobs
-            WHERE status = 'pending' AND queue_name = q.name AND NOT q.keyed
-              AND available_at <= now() - make_interval(secs => %(aging)s)
-            ORDER BY available_at, id
-            LIMIT q.room FOR UPDATE SKIP LOCKED) a
-        UNION ALL
-        SELECT r.id FROM (
-            SELECT id FROM {schema}.jobs
-            WHERE status = 'pending' AND queue_name = q.name AND NOT q.keyed AND available_at <= now()
-              AND available_at > now() - make_interval(secs => %(aging)s)
-            ORDER BY priority DESC, available_at, id
-            LIMIT q.room FOR UPDATE SKIP LOCKED) r
-        UNION ALL
-        SELECT k.id FROM (
-            WITH running AS (
-                SELECT r.flow_key, count(*)::int AS n, coalesce(min(f.running), q.per_key_running) AS cap
-                FROM {schema}.jobs r
-                LEFT JOIN {schema}.flow_keys f ON f.queue_name = q.name AND f.flow_key = r.flow_key
-                WHERE r.status = 'running' AND r.queue_name = q.name AND r.flow_key IS NOT NULL AND q.keyed
-                GROUP BY r.flow_key
-            ), full_keys AS (
-                SELECT flow_key FROM running WHERE n >= cap
-            ), candidates AS (
-                SELECT c.id, c.flow_key, row_number() OVER () AS lane_order FROM (
-                    SELECT a.id, a.flow_key FROM (
-                        SELECT id, flow_key FROM {schema}.jobs
-                        WHERE status = 'pending' AND queue_name = q.name AND q.keyed
-                          AND available_at <= now() - make_interval(secs => %(aging)s)
-                          AND (flow_key IS NULL OR flow_key NOT IN (SELECT flow_key FROM full_keys))
-                        ORDER BY available_at, id
-                        LIMIT 4 * q.room FOR UPDATE SKIP LOCKED) a
-                    UNION ALL
-                    SELECT r.id, r.flow_key FROM (
-                        SELECT id, flow_key FROM {schema}.jobs
-                        WHERE status = 'pending' AND queue_name = q.name AND q.keyed AND available_at <= now()
-                          AND available_at > now() - make_interval(secs => %(aging)s)
-                          AND (flow_key IS NULL OR flow_key NOT IN (SELECT flow_key FROM full_keys))
-                        ORDER BY priority DESC, available_at, id
-                        LIMIT 4 * q.room FOR UPDATE SKIP LOCKED) r
-                    LIMIT 4 * q.room
-                ) c
-            ), ranked AS (
-                SELECT c.id, c.flow_key, c.lane_order,
-                       row_number() OVER (PARTITION BY c.flow_key ORDER BY c.lane_order) AS nth
-                FROM candidates c
-            )
-            SELECT d.id FROM ranked d
-            LEFT JOIN running rn ON rn.flow_key = d.flow_key
-            LEFT JOIN {schema}.flow_keys f ON f.queue_name = q.name AND f.flow_key = d.flow_key
-            WHERE d.flow_key IS NULL OR coalesce(f.running, q.per_key_running) IS NULL
-               OR d.nth <= coalesce(f.running, q.per_key_running) - coalesce(rn.n, 0)
-            ORDER BY d.lane_order
-            LIMIT q.room) k
-        LIMIT q.room
-    ) x
-    LIMIT %(limit)s
-), claimed AS (
-    UPDATE {schema}.jobs j
-    SET status = 'running', started_at = now(), last_heartbeat_at = now(),
-        lease_expires_at = now() + make_interval(secs => %(lease)s),
-        locked_by = %(worker_id)s, lock_token = gen_random_uuid(),
-        fence = nextval('{schema}.job_fence_seq'),
-        attempt_count = j.attempt_count + 1, updated_at = now()
-    FROM picked WHERE j.id = picked.id
-    RETURNING j.id, j.queue_name, j.task, j.payload, j.payload_version, j.attempt_count,
-              j.max_attempts, j.lock_token, j.fence, j.idempotency_key, j.correlation_id,
-              j.checkpoint_step, j.checkpoint_data, j.lease_expires_at,
-              greatest(extract(epoch FROM now() - j.available_at)::float8, 0) AS wait_seconds, j.priority,
-              j.trace_context, j.flow_key,
-              j.available_at <= now() - make_interval(secs => %(aging)s) AS aged, j.available_at
-)
-(SELECT id, queue_name, task, payload, payload_version, attempt_count, max_attempts, lock_token, fence,
-        idempotency_key, correlation_id, checkpoint_step, checkpoint_data, lease_expires_at, wait_seconds, priority,
-        trace_context, flow_key
- FROM claimed
- ORDER BY array_position(%(queues)s::text[], queue_name), aged DESC,
-          CASE WHEN aged THEN 0 ELSE -priority END, available_at, id);
-
--- name: queue_claim_gate
--- Lock the control rows of the claimed queues that have a running limit (global, per key, or for one key), in name order, so limited claims serialise and the next statement counts every committed claim; returns their names, and whether each has per-key limits.
-SELECT s.name, s.per_key_running IS NOT NULL
-                  OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = s.name) AS keyed
-FROM {schema}.queues s
-WHERE s.name = ANY(%(queues)s::text[]) AND NOT s.paused
-  AND (s.max_running IS NOT NULL OR s.per_key_running IS NOT NULL
-       OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = s.name))
-ORDER BY s.name
-FOR UPDATE OF s;
 
 -- name: job_heartbeat
 -- Renew every lease a worker holds in one statement (CAS per job on its token), bounded by the max total lease (R3, R4).
@@ -391,3 +211,35 @@ SELECT %(id)s, %(queue)s::text,
                    AND (c.event = 'claimed' OR c.detail ? 'fence') ORDER BY c.id LIMIT 1),
                 (SELECT attempt_count FROM {schema}.jobs WHERE id = %(id)s AND lock_token = %(token)s)),
        %(reason)s, jsonb_build_object('operation', %(operation)s::text);
+
+-- name: job_rate_limit_lookup
+-- Whether rate limit `name` exists: ctx.rate_limited checks it before its attempt unwinds.
+SELECT name FROM {schema}.rate_limits WHERE name = %(name)s;
+
+-- name: job_rate_limited
+-- Back-pressure from a handler (CAS on the token): pending again after `delay` s without using the attempt, a `rate_limited` event, and rate limit `limit` (if any) emptied and paused as long.
+-- The bucket: the limit's shared one, or the job's key's ('' without one) if per key; it refills
+-- from the end of the pause, a longer pause is kept, and a limit deleted meanwhile pauses nothing.
+WITH updated AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', available_at = now() + make_interval(secs => %(delay)s),
+        attempt_count = greatest(j.attempt_count - 1, 0),
+        lease_expires_at = NULL, locked_by = NULL, lock_token = NULL, updated_at = now()
+    WHERE j.id = %(id)s AND j.status = 'running' AND j.locked_by = %(worker_id)s AND j.lock_token = %(token)s
+    RETURNING j.id, j.queue_name, j.attempt_count, j.fence, j.started_at, j.flow_key
+), event AS (
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, lock_token, worker_id, attempt, reason, detail)
+    SELECT id, queue_name, 'rate_limited', %(token)s, %(worker_id)s, attempt_count, %(reason)s,
+           jsonb_build_object('fence', fence, 'started_at', started_at, 'retry_after', %(delay)s::float8,
+                              'limit', %(limit)s::text)
+    FROM updated
+), paused AS (
+    INSERT INTO {schema}.rate_buckets AS b (limit_name, flow_key, tokens, refilled_at, paused_until)
+    SELECT l.name, CASE WHEN l.per_key THEN coalesce(u.flow_key, '') ELSE '' END, 0,
+           now() + make_interval(secs => %(delay)s), now() + make_interval(secs => %(delay)s)
+    FROM updated u JOIN {schema}.rate_limits l ON l.name = %(limit)s::text
+    ON CONFLICT (limit_name, flow_key) DO UPDATE
+    SET tokens = 0, refilled_at = greatest(b.refilled_at, excluded.refilled_at),
+        paused_until = greatest(b.paused_until, excluded.paused_until)
+)
+SELECT count(*)::int AS accepted FROM updated;

@@ -187,11 +187,29 @@ SELECT id, status::text AS status, queue_name, task, payload, payload_version
 FROM {schema}.all_jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;
 
 -- name: queue_flow_blocked
--- Per queue with a flow limit (of `queues`, or all when NULL): ready jobs held back by a key at its running limit (`blocked`), and the keys at their limit; ready jobs beyond a key's room are blocked, the rest are runnable.
-WITH limited AS (
-    SELECT s.name, s.per_key_running FROM {schema}.queues s
-    WHERE (%(queues)s::text[] IS NULL OR s.name = ANY(%(queues)s::text[]))
-      AND (s.per_key_running IS NOT NULL OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = s.name))
+-- Per queue of `queues`: runnable jobs flow control holds back, by reason (docs/flow.md), the keys at their running limit, and on a flow queue the oldest runnable job nothing holds back.
+-- A job counts once, under the first reason that holds: `concurrency`, its key's ready jobs
+-- beyond the key's room (running limit minus running jobs); `backpressure`, its rate limit's
+-- bucket (the key's for a per_key limit, else the shared one, flow_key '') is paused;
+-- `rate`, that bucket holds fewer tokens now than the job's units (no bucket: full, burst).
+-- Jobs short of tokens count only beyond their key's concurrency-held jobs (they may be the
+-- same jobs), so ready (runnable minus blocked) never counts a job twice. A flow queue has a
+-- running limit per key, keyed pending jobs or ready jobs naming a rate limit; when `oldest` is true, its
+-- `oldest_unblocked` job is the first runnable one in (available_at, id) order that the claim
+-- would not pass over: its key under its running limit, and no job of its key (jobs without a
+-- key are one key), itself or older, short of tokens or paused, since the claim takes a key's
+-- jobs first in, first out; looked for among the queue's `walk` oldest runnable jobs (none
+-- found, or the queue paused: NULL). Reads: per-key counts of limited queues
+-- (jobs_flow_ready_idx, jobs_flow_running_idx), rate-limited ready jobs (jobs_rate_ready_idx),
+-- a probe per queue for a keyed pending and a rate-limited ready job, and at most `walk` rows
+-- of jobs_ready_idx per flow queue.
+WITH q AS (
+    SELECT u.name, s.per_key_running, coalesce(s.paused, false) AS paused
+    FROM unnest(%(queues)s::text[]) AS u(name) LEFT JOIN {schema}.queues s ON s.name = u.name
+), limited AS (
+    SELECT q.name, q.per_key_running FROM q
+    WHERE q.per_key_running IS NOT NULL
+       OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = q.name AND f.running IS NOT NULL)
 ), running AS (
     SELECT j.queue_name, j.flow_key, count(*)::int AS n FROM {schema}.jobs j
     WHERE j.status = 'running' AND j.flow_key IS NOT NULL AND j.queue_name IN (SELECT name FROM limited)
@@ -201,19 +219,81 @@ WITH limited AS (
     WHERE j.status = 'pending' AND j.flow_key IS NOT NULL AND j.available_at <= now()
       AND j.queue_name IN (SELECT name FROM limited)
     GROUP BY j.queue_name, j.flow_key
-), per_key AS (
-    SELECT coalesce(r.queue_name, d.queue_name) AS queue_name, coalesce(r.n, 0) AS running, coalesce(d.n, 0) AS ready,
-           coalesce(f.running, l.per_key_running) AS cap
+), capped AS (
+    SELECT coalesce(r.queue_name, d.queue_name) AS queue_name, coalesce(r.flow_key, d.flow_key) AS flow_key,
+           coalesce(r.n, 0) >= coalesce(f.running, l.per_key_running) AS at_limit,
+           greatest(0, coalesce(d.n, 0) - greatest(0, coalesce(f.running, l.per_key_running) - coalesce(r.n, 0)))
+               AS held
     FROM running r
     FULL JOIN ready d ON d.queue_name = r.queue_name AND d.flow_key = r.flow_key
     JOIN limited l ON l.name = coalesce(r.queue_name, d.queue_name)
     LEFT JOIN {schema}.flow_keys f
            ON f.queue_name = coalesce(r.queue_name, d.queue_name) AND f.flow_key = coalesce(r.flow_key, d.flow_key)
+    WHERE coalesce(f.running, l.per_key_running) IS NOT NULL
+), rated AS (
+    SELECT j.queue_name, j.flow_key, j.available_at, j.id,
+           CASE WHEN b.paused_until > now() THEN 'backpressure'
+                WHEN coalesce(least(l.burst, b.tokens + l.per_second
+                                             * greatest(0, extract(epoch FROM now() - b.refilled_at)::float8)),
+                              l.burst) < j.rate_units THEN 'rate' END AS reason
+    FROM {schema}.jobs j
+    JOIN {schema}.rate_limits l ON l.name = j.rate_limit
+    LEFT JOIN {schema}.rate_buckets b
+           ON b.limit_name = j.rate_limit AND b.flow_key = CASE WHEN l.per_key THEN coalesce(j.flow_key, '') ELSE '' END
+    WHERE j.status = 'pending' AND j.rate_limit IS NOT NULL AND j.available_at <= now()
+      AND j.queue_name = ANY(%(queues)s::text[])
+), short AS (
+    SELECT queue_name, flow_key, count(*) FILTER (WHERE reason = 'backpressure') AS bp,
+           count(*) FILTER (WHERE reason = 'rate') AS rt
+    FROM rated WHERE reason IS NOT NULL GROUP BY queue_name, flow_key
+), held_from AS MATERIALIZED (
+    SELECT DISTINCT ON (queue_name, coalesce(flow_key, '')) queue_name, coalesce(flow_key, '') AS flow_key,
+           available_at, id
+    FROM rated WHERE reason IS NOT NULL
+    ORDER BY queue_name, coalesce(flow_key, ''), available_at, id
+), per_key AS (
+    SELECT coalesce(c.queue_name, s.queue_name) AS queue_name, coalesce(c.held, 0) AS held,
+           coalesce(s.bp, 0) AS bp, coalesce(s.rt, 0) AS rt, coalesce(c.at_limit, false) AS at_limit
+    FROM capped c FULL JOIN short s ON s.queue_name = c.queue_name AND s.flow_key = c.flow_key
+), totals AS (
+    SELECT queue_name, sum(held) AS concurrency,
+           sum(least(bp, greatest(0, bp + rt - held))) AS backpressure,
+           sum(greatest(0, bp + rt - held) - least(bp, greatest(0, bp + rt - held))) AS rate,
+           count(*) FILTER (WHERE at_limit) AS keys_at_limit
+    FROM per_key GROUP BY queue_name
+), flowq AS (
+    SELECT q.name, q.paused FROM q
+    WHERE q.name IN (SELECT name FROM limited)
+       OR (SELECT k.flow_key FROM {schema}.jobs k WHERE k.status = 'pending' AND k.flow_key IS NOT NULL
+           AND k.queue_name = q.name ORDER BY k.queue_name, k.flow_key LIMIT 1) IS NOT NULL
+       OR (SELECT k.rate_limit FROM {schema}.jobs k WHERE k.status = 'pending' AND k.rate_limit IS NOT NULL
+           AND k.queue_name = q.name AND k.available_at <= now() ORDER BY k.queue_name, k.rate_limit LIMIT 1) IS NOT NULL
+), oldest AS (
+    SELECT fq.name, w.id, w.available_at FROM flowq fq
+    LEFT JOIN LATERAL (
+        SELECT j.id, j.available_at FROM (
+            SELECT r.id, r.available_at, r.queue_name, r.flow_key FROM {schema}.jobs r
+            WHERE r.status = 'pending' AND r.queue_name = fq.name AND r.available_at <= now()
+              AND %(oldest)s::boolean AND NOT fq.paused
+            ORDER BY r.available_at, r.id LIMIT %(walk)s::int
+        ) j
+        WHERE NOT EXISTS (SELECT 1 FROM capped c
+                          WHERE c.queue_name = j.queue_name AND c.flow_key = j.flow_key AND c.at_limit)
+          AND NOT EXISTS (SELECT 1 FROM held_from h
+                          WHERE h.queue_name = j.queue_name AND h.flow_key = coalesce(j.flow_key, '')
+                            AND (h.available_at, h.id) <= (j.available_at, j.id))
+        ORDER BY j.available_at, j.id LIMIT 1
+    ) w ON true
 )
-SELECT l.name AS queue,
-       coalesce(sum(greatest(0, p.ready - greatest(0, p.cap - p.running))) FILTER (WHERE p.cap IS NOT NULL), 0)::bigint
-           AS blocked,
-       (count(*) FILTER (WHERE p.cap IS NOT NULL AND p.running >= p.cap))::int AS keys_at_limit
-FROM limited l LEFT JOIN per_key p ON p.queue_name = l.name
-GROUP BY l.name
-ORDER BY l.name;
+SELECT q.name AS queue,
+       coalesce(t.concurrency, 0)::bigint AS blocked_concurrency,
+       coalesce(t.backpressure, 0)::bigint AS blocked_backpressure,
+       coalesce(t.rate, 0)::bigint AS blocked_rate,
+       coalesce(t.keys_at_limit, 0)::int AS keys_at_limit,
+       o.name IS NOT NULL AS flow,
+       coalesce(extract(epoch FROM now() - o.available_at)::float8, 0) AS oldest_unblocked_wait_seconds,
+       o.id AS oldest_unblocked_job_id
+FROM q
+LEFT JOIN totals t ON t.queue_name = q.name
+LEFT JOIN oldest o ON o.name = q.name
+ORDER BY q.name;

@@ -1,0 +1,301 @@
+"""A pure-Python reference model of the fair claim's decision, ``flow_claim`` in
+src/tenure/core/sql/schema.sql (docs/flow.md, "How the claim decides"): the same lanes, ring,
+rounds, skip list, quotas, probe budget, deficits and buckets, with no database.
+
+It follows the SQL statement by statement, including what the SQL does that the docs do not say
+(see :func:`claim`), so a test can hold the SQL to it. Time stands still in the model:
+- a job's ``age`` is how many seconds ago it became available (``available_at = now() - age``;
+  negative: in the future). It is aged when ``age >= aging`` and ready when ``age >= 0``.
+- buckets do not refill. The claim refills a bucket by ``per_second`` times the time since its
+  last take, so a test that compares with the database keeps ``per_second`` tiny.
+Keys are ordered as Python orders strings (the C collation), and the database orders them by its
+collation: use keys that every collation orders alike (lower-case letters and digits)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+UNKEYED = ""
+"""The ring position of the jobs without a key (flow_claim's ``''``): first in the ring."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A pending job of the queue."""
+
+    id: int
+    key: str | None = None
+    priority: int = 0
+    age: float = 60.0
+    rate_limit: str | None = None
+    units: int = 1
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A row of ``rate_limits`` (per_second does not matter: the model's clock stands still)."""
+
+    burst: int
+    per_key: bool = False
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A row of ``rate_buckets``: its tokens, and whether a handler's pause still holds it."""
+
+    tokens: float
+    paused: bool = False
+
+
+BucketId = tuple[str, str]
+"""(limit name, flow key): the flow key is ``''`` for a shared limit and for jobs without a key."""
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What flow_claim reads of one queue (and of the rate limits its jobs name)."""
+
+    jobs: tuple[Job, ...] = ()
+    running: Mapping[str, int] = field(default_factory=dict)
+    """Running jobs per flow key."""
+    running_unkeyed: int = 0
+    """Running jobs without a key (they count towards ``max_running`` only)."""
+    key_running: Mapping[str, int] = field(default_factory=dict)
+    """``flow_keys.running``: a key's own running limit."""
+    weights: Mapping[str, float] = field(default_factory=dict)
+    """``flow_keys.weight`` of the keys whose weight is not 1."""
+    deficits: Mapping[str, float] = field(default_factory=dict)
+    """``flow_keys.deficit`` (read only for a key that has a row)."""
+    per_key_running: int | None = None
+    max_running: int | None = None
+    cursor: str | None = None
+    aging: float = 300.0
+    paused: bool = False
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    buckets: Mapping[BucketId, Bucket] = field(default_factory=dict)
+
+    def has_row(self, key: str) -> bool:
+        """Whether the key has a ``flow_keys`` row (a running limit or a weight of its own)."""
+        return key in self.key_running or key in self.weights
+
+    @property
+    def running_total(self) -> int:
+        return sum(self.running.values()) + self.running_unkeyed
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What one flow_claim call decides."""
+
+    ids: tuple[int, ...]
+    """The claimed jobs, in claim order."""
+    cursor: str | None
+    deficits: dict[str, float]
+    buckets: dict[BucketId, Bucket]
+    held: bool
+    """A rate limit held a job back (flow_claim's last row, whose id is NULL)."""
+    probes: int
+    """Key probes spent of the budget (8 x want + 64)."""
+
+
+def claim(state: QueueState, want: int) -> Claim:
+    """The jobs ``flow_claim(q, want, aging, ...)`` takes from ``state``, and what it leaves.
+
+    Where the SQL goes beyond docs/flow.md, the model does as the SQL does:
+    - the ring (``''`` then the keys with pending jobs at the level, scheduled ones too) is fixed
+      for a level: a job taken stays pending to the end of the call;
+    - a key whose pending jobs at the level all lie in the future is stepped over, without a visit;
+    - only a visit moves the cursor (not a key stepped over or skipped);
+    - a visit whose quota is 0 (weight + deficit below 1) banks its weight and counts as progress,
+      even at the key's running limit;
+    - the deficit is written for keys with a ``flow_keys`` row and a weight other than 1:
+      0 when the key ran out of ready jobs at the level, else ``weight + deficit - taken``
+      between 0 and the weight;
+    - the '' position costs no probe; every other step of the ring costs one."""
+    run = _Run(state, want)
+    run.run()
+    return Claim(ids=tuple(run.picked), cursor=run.cur, deficits=run.deficits, buckets=run.buckets,
+                 held=run.held, probes=8 * want + 64 - run.budget)
+
+
+def after(state: QueueState, done: Claim) -> QueueState:
+    """The state once ``done`` is committed: its jobs are running, and the cursor, deficits and
+    buckets are the claim's."""
+    taken = set(done.ids)
+    running = dict(state.running)
+    unkeyed = state.running_unkeyed
+    for job in state.jobs:
+        if job.id in taken:
+            if job.key is None:
+                unkeyed += 1
+            else:
+                running[job.key] = running.get(job.key, 0) + 1
+    return replace(state, jobs=tuple(j for j in state.jobs if j.id not in taken), running=running,
+                   running_unkeyed=unkeyed, cursor=done.cursor, deficits=dict(done.deficits),
+                   buckets=dict(done.buckets))
+
+
+def claims(state: QueueState, wants: Iterable[int]) -> tuple[list[Claim], QueueState]:
+    """Consecutive claims (each committed before the next) and the state after the last."""
+    out = []
+    for want in wants:
+        done = claim(state, want)
+        out.append(done)
+        state = after(state, done)
+    return out, state
+
+
+def _fifo(job: Job) -> tuple[float, int]:
+    return (-job.age, job.id)  # available_at, then id
+
+
+class _Run:
+    """One call of flow_claim: its variables, named as in the SQL."""
+
+    def __init__(self, state: QueueState, want: int) -> None:
+        self.s = state
+        self.want = want
+        self.picked: list[int] = []
+        self.pick_keys: list[str] = []
+        self.skip: list[str] = []
+        self.budget = 8 * want + 64
+        self.cur = state.cursor
+        self.deficits = dict(state.deficits)
+        self.buckets = dict(state.buckets)
+        self.held = False
+        self.room = 0
+
+    def run(self) -> None:
+        s = self.s
+        if s.paused:
+            return
+        self.room = self.want
+        if s.max_running is not None:
+            self.room = min(self.room, s.max_running - s.running_total)
+        if self.room <= 0:
+            return
+        self.aged_lane()
+        lvl = 32767
+        while len(self.picked) < self.room and self.budget > 0:
+            below = [j.priority for j in s.jobs if j.age >= 0 and j.priority < lvl]
+            if not below:
+                break
+            lvl = max(below)
+            self.level(lvl)
+
+    def cap(self, key: str) -> int | None:
+        own = self.s.key_running.get(key)
+        return own if own is not None else self.s.per_key_running
+
+    def pick(self, job: Job, key: str) -> None:
+        self.picked.append(job.id)
+        self.pick_keys.append(key)
+
+    def rate_take(self, job: Job, key: str) -> bool:
+        """rate_take(): True when the bucket held the job's units (and gave them)."""
+        assert job.rate_limit is not None
+        limit = self.s.rate_limits.get(job.rate_limit)
+        if limit is None:  # deleted since the job was enqueued: limits nothing
+            return True
+        bid = (job.rate_limit, key if limit.per_key else UNKEYED)
+        bucket = self.buckets.get(bid)
+        if bucket is None:  # the first claim that needs it creates it, full, and keeps it
+            bucket = self.buckets[bid] = Bucket(float(limit.burst))
+        have = min(limit.burst, bucket.tokens)
+        if bucket.paused or have < job.units:
+            self.held = True
+            return False
+        self.buckets[bid] = Bucket(have - job.units)
+        return True
+
+    def aged_lane(self) -> None:
+        """Of the oldest 4 x room jobs ready longer than ``aging``, one per key, oldest first."""
+        aged = sorted((j for j in self.s.jobs if j.age >= self.s.aging), key=_fifo)[:4 * self.room]
+        for job in aged:
+            if len(self.picked) >= self.room:
+                break
+            key = job.key or UNKEYED
+            if key in self.skip or key in self.pick_keys:
+                continue
+            if key != UNKEYED:
+                cap = self.cap(key)
+                if cap is not None and self.s.running.get(key, 0) >= cap:
+                    self.skip.append(key)
+                    continue
+            if job.rate_limit is not None and not self.rate_take(job, key):
+                self.skip.append(key)
+                continue
+            self.pick(job, key)
+
+    def level(self, lvl: int) -> None:
+        """One priority level: rounds of the ring from the cursor while a round makes progress."""
+        at_level = [j for j in self.s.jobs if j.key is not None and j.priority == lvl]
+        ring = sorted({j.key for j in at_level if j.key is not None})
+        latest = {k: max(j.age for j in at_level if j.key == k) for k in ring}  # of the earliest available_at
+        round_start = pos = self.cur
+        wrapped = progress = False
+        while len(self.picked) < self.room and self.budget > 0:
+            if pos is None:
+                nk: str | None = UNKEYED
+            else:
+                self.budget -= 1
+                nk = next((k for k in ring if k > pos), None)
+            if nk is None:  # past the last key: back to the start of the ring
+                if wrapped or round_start is None:  # a whole round has passed
+                    if not progress:
+                        return
+                    progress = False
+                    round_start = pos
+                wrapped = True
+                pos = None
+                continue
+            if wrapped and round_start is not None and nk > round_start:  # a whole round
+                if not progress:
+                    return
+                progress = False
+                round_start = pos
+                wrapped = False
+            pos = nk
+            if nk in self.skip or (nk != UNKEYED and latest[nk] < 0):
+                continue
+            visited = self.visit(nk, lvl)
+            if visited is None:
+                continue
+            progress = progress or visited
+            self.cur = pos
+
+    def visit(self, nk: str, lvl: int) -> bool | None:
+        """A visit of key ``nk``: None when it is at its running limit (skipped from now on, the
+        cursor stays), else whether it made progress (took a job or banked part of one)."""
+        s = self.s
+        cap, w, d, has_row = None, 1.0, 0.0, False
+        if nk != UNKEYED:
+            if s.has_row(nk):
+                cap, w, d, has_row = s.key_running.get(nk), s.weights.get(nk, 1.0), self.deficits.get(nk, 0.0), True
+            cap = cap if cap is not None else s.per_key_running
+        quota = math.floor(w + d)
+        if cap is not None:
+            quota = min(quota, cap - s.running.get(nk, 0) - self.pick_keys.count(nk))
+            if quota <= 0 and w + d >= 1:  # at its running limit
+                self.skip.append(nk)
+                return None
+        quota = min(quota, self.room - len(self.picked))
+        took = 0
+        drained = False
+        line = sorted((j for j in s.jobs if (j.key or UNKEYED) == nk and j.priority == lvl and j.age >= 0
+                       and j.id not in self.picked), key=_fifo)
+        while took < quota:
+            if took >= len(line):
+                drained = True
+                break
+            job = line[took]
+            if job.rate_limit is not None and not self.rate_take(job, nk):
+                self.skip.append(nk)
+                break
+            self.pick(job, nk)
+            took += 1
+        if has_row and w != 1:
+            self.deficits[nk] = 0.0 if drained else max(0.0, min(w, w + d - took))
+        return took > 0 or (quota == 0 and w + d < 1)
