@@ -16,15 +16,19 @@ Reported: the achieved rate over the steady window (the jobs' own ``started_at``
 clock): the first ``BURST`` starts (the full bucket's burst) are left out, then the jobs started
 after the first start left, over the time to the last start (bench/flowmath.py ``steady_rate``);
 its deviation from 500/s (target within ±5 %); the claims (attempts), those that took jobs
-(distinct start times) and their jobs each; the claim's database time per job (its statements in pg_stat_statements, reset before each
-drain) and worker + database CPU per job (``run_one``), beside the same drain without the limit.
+(distinct start times) and their jobs each; the claim's database time per job (its statements
+in pg_stat_statements, reset before each drain; with the limit it includes each claim's wait
+for the queue's lock, held by the other worker's claim) and worker + database CPU per job
+(``run_one``), beside the same drain without the limit.
 At 500/s the workers mostly wait: their CPU per job counts the waiting (claims that find the
 bucket short, their polls), which is what a rate limit costs a user.
 
 A worker whose claim a rate limit held back looks again after ``rate_wait`` seconds, the time
 until the bucket holds a token by the database clock, at least ``RATE_WAIT_MIN_SECONDS`` (10 ms,
-src/tenure/worker/runtime.py): between two claims the bucket earns about 5 tokens, well below the
-burst, so none are lost to the cap and the achieved rate should be the limit's.
+src/tenure/worker/runtime.py ``_claim_loop``), or sooner: each finished job wakes the claim loop.
+Between two claims the bucket earns a few tokens, far below the burst, so none are lost to the
+cap and the achieved rate should be the limit's; the claims that find the bucket short (claims
+minus claims that took jobs) are what the early wake-ups cost.
 
 Variants are interleaved over ``--runs`` (1 with ``--quick``); medians. One machine's numbers:
 compare only within one run.

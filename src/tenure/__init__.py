@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         RetryableError,
     )
     from tenure.core.repository import EnqueueResult, JobSpec
+    from tenure.core.unique import Unique
     from tenure.worker.app import App
     from tenure.worker.context import JobContext
 
@@ -36,7 +37,7 @@ _LAZY = {
     "InvalidPayload": "tenure.core.errors", "LeaseLost": "tenure.core.errors",
     "PermanentError": "tenure.core.errors", "RetryableError": "tenure.core.errors",
     "EnqueueResult": "tenure.core.repository", "JobSpec": "tenure.core.repository",
-    "CancelReport": "tenure.control", "cancel": "tenure.control",
+    "CancelReport": "tenure.control", "cancel": "tenure.control", "Unique": "tenure.core.unique",
     "App": "tenure.worker.app", "JobContext": "tenure.worker.context",
 }
 """Each public name and the module it is imported from on first use."""
@@ -58,11 +59,13 @@ def __dir__() -> list[str]:
 def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, schema: str = "tenure",
             queue: str = "default", idempotency_key: str | None = None, delay: float = 0.0,
             max_attempts: int = 5, correlation_id: str | None = None, priority: int = 0,
-            flow_key: str | None = None, rate_limit: str | None = None) -> EnqueueResult:
+            flow_key: str | None = None, rate_limit: str | None = None,
+            unique: Unique | None = None) -> EnqueueResult:
     """Enqueue on the caller's connection, inside the caller's transaction if one is open.
 
     ``rate_limit`` names a rate limit, ``"NAME"`` (1 unit) or ``"NAME:UNITS"``: the claim takes
     that many tokens from its bucket (docs/flow.md); an unknown name is a JobSpecError.
+    ``unique`` (:class:`tenure.Unique`) keeps at most one job per key: docs/unique.md.
 
     The job (and its NOTIFY) become visible only when that transaction commits, so a job can
     never refer to a business change that rolled back (transactional outbox, R17).
@@ -71,7 +74,7 @@ def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, sc
     result = Repository(conn, schema).enqueue(task, payload, queue=queue, idempotency_key=idempotency_key,
                                               delay=delay, max_attempts=max_attempts,
                                               correlation_id=correlation_id, priority=priority,
-                                              flow_key=flow_key, rate_limit=rate_limit)
+                                              flow_key=flow_key, rate_limit=rate_limit, unique=unique)
     if idempotency_key is not None:
         from tenure.observability.producer_metrics import count_enqueue_dedup
         count_enqueue_dedup(queue, task, hit=not result.created)
@@ -79,4 +82,5 @@ def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, sc
 
 
 __all__ = ["AmbiguousError", "App", "CancelReport", "ConfigError", "EnqueueResult", "InvalidPayload", "JobContext",
-           "JobSpec", "LeaseLost", "PermanentError", "RetryableError", "cancel", "enqueue", "__version__"]
+           "JobSpec", "LeaseLost", "PermanentError", "RetryableError", "Unique", "cancel", "enqueue",
+           "__version__"]

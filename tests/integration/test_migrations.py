@@ -69,8 +69,26 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
             Repository(conn, f"x_{uuid.uuid4().hex[:8]}").check_schema()
 
 
+def _undo_0016(conn: object, schema: str) -> None:
+    """Back to version 15: no rollup of the charts."""
+    for table in ("queue_wait_periods", "queue_series_periods", "queue_series_rollups"):
+        conn.execute(f'DROP TABLE "{schema}".{table}')  # type: ignore[attr-defined]
+
+
+def _undo_0015(conn: object, schema: str) -> None:
+    """Back to version 14: no unique keys (0016 undone first)."""
+    _undo_0016(conn, schema)
+    for stmt in ("DROP INDEX {s}.jobs_unique_key_idx", "DROP VIEW {s}.all_jobs",
+                 "ALTER TABLE {s}.job_history DROP COLUMN unique_key, DROP COLUMN unique_states",
+                 "ALTER TABLE {s}.jobs DROP COLUMN unique_key, DROP COLUMN unique_states",
+                 "CREATE VIEW {s}.all_jobs AS SELECT * FROM {s}.jobs UNION ALL SELECT * FROM {s}.job_history"):
+        conn.execute(stmt.format(s=f'"{schema}"'))  # type: ignore[attr-defined]
+
+
 def _undo_0014(conn: object, schema: str) -> None:
-    """Back to version 13: no rate limits, weights or flow_claim; keyed jobs in the priority index."""
+    """Back to version 13: no rate limits, weights or flow_claim; keyed jobs in the priority index
+    (0015 undone first)."""
+    _undo_0015(conn, schema)
     for stmt in ("DROP FUNCTION {s}.flow_claim", "DROP FUNCTION {s}.rate_take",
                  "DROP TABLE {s}.rate_buckets", "DROP TABLE {s}.rate_limits",
                  "DROP INDEX {s}.flow_changes_rate_limit_idx", "ALTER TABLE {s}.flow_changes DROP COLUMN rate_limit",

@@ -107,9 +107,9 @@ def claim(state: QueueState, want: int) -> Claim:
     - the ring (``''`` then the keys with pending jobs at the level, scheduled ones too) is fixed
       for a level: a job taken stays pending to the end of the call;
     - a key whose pending jobs at the level all lie in the future is stepped over, without a visit;
-    - only a visit moves the cursor (not a key stepped over or skipped);
-    - a visit whose quota is 0 (weight + deficit below 1) banks its weight and counts as progress,
-      even at the key's running limit;
+    - only a visit that makes progress moves the cursor: one that took a job, or whose quota is 0
+      (weight + deficit below 1) and banked its weight, even at the key's running limit; not a
+      key stepped over, skipped, found empty or held back by its bucket;
     - the deficit is written for keys with a ``flow_keys`` row and a weight other than 1:
       0 when the key ran out of ready jobs at the level, else ``weight + deficit - taken``
       between 0 and the weight;
@@ -211,8 +211,12 @@ class _Run:
         return True
 
     def aged_lane(self) -> None:
-        """Of the oldest 4 x room jobs ready longer than ``aging``, one per key, oldest first."""
+        """Of the oldest 4 x room jobs ready longer than ``aging``, one per key, the keys in ring
+        order from the cursor (``''`` first when there is none), each key's oldest first; each
+        job taken moves the cursor to its key."""
         aged = sorted((j for j in self.s.jobs if j.age >= self.s.aging), key=_fifo)[:4 * self.room]
+        start = self.cur
+        aged.sort(key=lambda j: (start is not None and (j.key or UNKEYED) <= start, j.key or UNKEYED, _fifo(j)))
         for job in aged:
             if len(self.picked) >= self.room:
                 break
@@ -228,6 +232,7 @@ class _Run:
                 self.skip.append(key)
                 continue
             self.pick(job, key)
+            self.cur = key
 
     def level(self, lvl: int) -> None:
         """One priority level: rounds of the ring from the cursor while a round makes progress."""
@@ -260,15 +265,13 @@ class _Run:
             pos = nk
             if nk in self.skip or (nk != UNKEYED and latest[nk] < 0):
                 continue
-            visited = self.visit(nk, lvl)
-            if visited is None:
-                continue
-            progress = progress or visited
-            self.cur = pos
+            if self.visit(nk, lvl):
+                progress = True
+                self.cur = pos
 
-    def visit(self, nk: str, lvl: int) -> bool | None:
-        """A visit of key ``nk``: None when it is at its running limit (skipped from now on, the
-        cursor stays), else whether it made progress (took a job or banked part of one)."""
+    def visit(self, nk: str, lvl: int) -> bool:
+        """A visit of key ``nk``: whether it made progress (took a job or banked part of one). A
+        key at its running limit is skipped from now on."""
         s = self.s
         cap, w, d, has_row = None, 1.0, 0.0, False
         if nk != UNKEYED:
@@ -280,7 +283,7 @@ class _Run:
             quota = min(quota, cap - s.running.get(nk, 0) - self.pick_keys.count(nk))
             if quota <= 0 and w + d >= 1:  # at its running limit
                 self.skip.append(nk)
-                return None
+                return False
         quota = min(quota, self.room - len(self.picked))
         took = 0
         drained = False

@@ -49,7 +49,7 @@ def test_steady_rate_leaves_the_burst_and_the_first_claim_out() -> None:
     starts = [0.0] * 50 + [0.01 * (1 + i // 5) for i in range(1000)]
     r = flowmath.steady_rate(reversed(starts), 50)
     assert r is not None
-    assert (r.jobs, r.seconds) == (995, pytest.approx(1.99))
+    assert r.jobs == 995 and r.seconds == pytest.approx(1.99)
     assert r.rate == pytest.approx(500.0)
     assert flowmath.steady_rate([0.0] * 60, 50) is None
     assert flowmath.steady_rate([1.0, 2.0], 5) is None

@@ -24,7 +24,10 @@ from tenure.chaos.invariants import HELD_KINDS, SLOW, Row, Timing, Verdict, quan
 WINDOW = 1.0
 """Seconds of the sliding window ``rate_within_limit`` counts starts in."""
 REQUEUED = frozenset({"reaped_due_to_expired_lease", "retry_scheduled", "released", "deferred", "rate_limited"})
-"""Records that end an attempt and put its job back in the queue, runnable after their delay."""
+"""Records that end an attempt and put its job back in the queue, runnable after their delay
+(``delay_seconds`` or ``retry_after`` in ``detail``). A release or deferral records none, so its
+job counts as runnable at once: a deferral waits 1 s (the chaos task's ``defer_seconds``), which
+overstates that one wait by 1 s at most, inside the margin."""
 EPSILON = 0.002
 """Seconds of float rounding tolerated on database times converted to epochs."""
 _END, _GONE, _AVAILABLE, _START = range(4)

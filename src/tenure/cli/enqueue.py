@@ -17,10 +17,11 @@ from tenure.core.backoff import MAX_ATTEMPTS_DEFAULT
 from tenure.core.errors import ConfigError, JobSpecError
 from tenure.core.repository import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, EnqueueStore, JobSpec, iter_batches
 from tenure.core.repository.specs import check_rate_limits_known
+from tenure.core.unique import ON_CONFLICT_DEFAULT, ON_CONFLICT_MODES, UNIQUE_STATES_DEFAULT, Unique, parse_unique_by
 
 ORDER = 20
 FILE_FIELDS = ("task", "payload", "queue", "max_attempts", "delay", "idempotency_key", "priority", "flow_key",
-               "rate_limit")
+               "rate_limit", "unique_by", "unique_period", "unique_states", "unique_on_conflict")
 INSERT_BATCH = 5000
 
 
@@ -38,12 +39,49 @@ def register(sub: Any) -> None:
                    help="what flow control counts by, e.g. tenant:acme (at most 200 bytes; docs/flow.md)")
     p.add_argument("--rate-limit", default=None, metavar="NAME[:UNITS]",
                    help="a rate limit (tenure flow rate) the claim takes UNITS tokens of, 1 when omitted (docs/flow.md)")
+    p.add_argument("--unique-by", default=None, metavar="FIELD[,FIELD]",
+                   help="at most one job per task and these payload fields' values (docs/unique.md)")
+    p.add_argument("--unique-period", default=None, metavar="S",
+                   help="with --unique-by: the key holds within one period of S seconds (e.g. 300, 5m; "
+                        "whole seconds); the debounce quiet time")
+    p.add_argument("--unique-states", default=None, metavar="STATE[,STATE]",
+                   help=f"with --unique-by: the states the key covers, pending and running always, "
+                        f"failed, cancelled optional (default {','.join(UNIQUE_STATES_DEFAULT)})")
+    p.add_argument("--unique-on-conflict", default=None, choices=ON_CONFLICT_MODES,
+                   help=f"with --unique-by: skip returns the existing job, replace puts this payload in a pending "
+                        f"one, debounce also moves its start a period on (default {ON_CONFLICT_DEFAULT})")
     p.add_argument("--from-file", default=None,
                    help="JSON lines: {task, payload, queue, idempotency_key, max_attempts, delay, priority, flow_key, "
-                        "rate_limit}; "
+                        "rate_limit, unique_by, unique_period, unique_states, unique_on_conflict}; "
                         "the flags give "
                         "the defaults; one bad line refuses the whole file")
     p.set_defaults(func=cmd_enqueue)
+
+
+def unique_from(by: Any, period: Any, states: Any, on_conflict: Any) -> Unique | None:
+    """The unique declaration of flags or a file line (``by`` a list or ``"F1,F2"``, ``period``
+    seconds or a duration, ``states`` a list or ``"S1,S2"``); None without ``by``. JobSpecError
+    for bad values, and for a unique option without ``by``."""
+    if by is None:
+        given = [name for name, v in (("period", period), ("states", states), ("on_conflict", on_conflict))
+                 if v is not None]
+        if given:
+            raise JobSpecError(f"unique {given[0]} needs unique by (--unique-by FIELD[,FIELD])")
+        return None
+    fields = parse_unique_by(by) if isinstance(by, str) else by
+    if isinstance(period, str):
+        try:
+            period = duration(period)
+        except argparse.ArgumentTypeError as exc:
+            raise JobSpecError(f"unique period: {exc}") from None
+    if isinstance(states, str):
+        states = [s.strip() for s in states.split(",")]
+    return Unique(by=fields, period=period, states=UNIQUE_STATES_DEFAULT if states is None else states,
+                  on_conflict=ON_CONFLICT_DEFAULT if on_conflict is None else on_conflict)
+
+
+def _flag_unique(args: argparse.Namespace) -> Unique | None:
+    return unique_from(args.unique_by, args.unique_period, args.unique_states, args.unique_on_conflict)
 
 
 def spec_from_line(item: Any, defaults: argparse.Namespace) -> JobSpec:
@@ -66,7 +104,9 @@ def spec_from_line(item: Any, defaults: argparse.Namespace) -> JobSpec:
                    max_attempts=item.get("max_attempts", defaults.max_attempts), delay=delay,
                    idempotency_key=item.get("idempotency_key"), priority=item.get("priority", defaults.priority),
                    flow_key=item.get("flow_key", defaults.flow_key),
-                   rate_limit=item.get("rate_limit", defaults.rate_limit))
+                   rate_limit=item.get("rate_limit", defaults.rate_limit),
+                   unique=unique_from(*(item.get(f"unique_{k}", getattr(defaults, f"unique_{k}"))
+                                        for k in ("by", "period", "states", "on_conflict"))))
     spec.validate()
     return spec
 
@@ -116,7 +156,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         with conn, conn.transaction():  # all or nothing: one transaction for every batch
             _check_rate_limits(repo, args.from_file, lines)
             inserted = sum(repo.enqueue_many(batch) for batch in iter_batches(specs, INSERT_BATCH))
-        print(f"enqueued {inserted} of {len(specs)} jobs ({len(specs) - inserted} duplicates skipped)")
+        print(f"enqueued {inserted} of {len(specs)} jobs ({len(specs) - inserted} duplicates skipped or replaced)")
         return 0
     if args.task is None:
         raise ConfigError("give a TASK or --from-file")
@@ -124,13 +164,19 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload)
     except (json.JSONDecodeError, TypeError) as exc:  # TypeError: argparse turns `--payload=--` into a list
         raise ConfigError(f"--payload is not valid JSON: {exc}") from None
+    unique = _flag_unique(args)
     JobSpec(args.task, payload, args.queue, args.max_attempts, args.delay, args.idempotency_key,
-            args.priority, args.flow_key, args.rate_limit).validate()
+            args.priority, args.flow_key, args.rate_limit, unique).validate()
     conn, repository = open_repo(args)
     store: EnqueueStore = repository
     with conn:
         result = store.enqueue(args.task, payload, queue=args.queue, idempotency_key=args.idempotency_key,
                               delay=args.delay, max_attempts=args.max_attempts, priority=args.priority,
-                              flow_key=args.flow_key, rate_limit=args.rate_limit)
-    print(result.id if result.created else f"{result.id} (existing job with this idempotency key)")
+                              flow_key=args.flow_key, rate_limit=args.rate_limit, unique=unique)
+    if result.created:
+        print(result.id)
+    elif result.replaced:
+        print(f"{result.id} (existing job with this unique key, payload replaced)")
+    else:
+        print(f"{result.id} (existing job with this {'unique' if unique else 'idempotency'} key)")
     return 0

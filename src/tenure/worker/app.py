@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from tenure.core.repository import EnqueueResult
+    from tenure.core.unique import Unique
 
 Validator = Callable[[Any], None]
 """Raises (any exception) when a payload violates the task's schema."""
@@ -47,6 +48,8 @@ class Task:
     """The rate limit a job enqueued with :meth:`App.enqueue` names (docs/flow.md)."""
     rate_units: int = 1
     """The tokens such a job takes from it."""
+    unique: Unique | None = None
+    """The unique declaration of a job enqueued with :meth:`App.enqueue` (docs/unique.md)."""
 
     @property
     def rate_ref(self) -> str | None:
@@ -142,7 +145,7 @@ class App:
              payload_version: int = 1, timeout: float | None = None,
              error_mappers: tuple[ExceptionMapper, ...] = (),
              flow_key: FlowKeyOf | None = None, rate_limit: str | None = None,
-             rate_units: int = 1) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             rate_units: int = 1, unique: Unique | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register a handler under ``name`` (default: the function name).
 
         ``timeout`` bounds one attempt's run time in seconds: an async handler is cancelled, a
@@ -155,6 +158,9 @@ class App:
 
         ``rate_limit`` names a rate limit (``tenure flow rate NAME``) that each job of this task
         enqueued with :meth:`enqueue` takes ``rate_units`` tokens of when claimed (docs/flow.md).
+
+        ``unique`` (``tenure.Unique(by=["customer_id"], period=300)``) keeps at most one job of
+        this task per key among jobs enqueued with :meth:`enqueue` (docs/unique.md).
         """
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout > 0 or timeout != timeout or timeout == float("inf")):
@@ -162,6 +168,9 @@ class App:
         if flow_key is not None and not callable(flow_key):
             raise ConfigError(f"task flow_key must be a function of the payload, got {flow_key!r}")
         _check_task_rate(rate_limit, rate_units)
+        from tenure.core.unique import Unique as UniqueType
+        if unique is not None and not isinstance(unique, UniqueType):
+            raise ConfigError(f"task unique must be a tenure.Unique, got {unique!r}"[:300])
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             task_name = name or fn.__name__
@@ -177,7 +186,7 @@ class App:
                 queue=queue or self.default_queue, retry=policy, validate=validate,
                 payload_version=payload_version, error_mappers=error_mappers + self.error_mappers,
                 timeout=float(timeout) if timeout is not None else None, flow_key=flow_key,
-                rate_limit=rate_limit, rate_units=rate_units,
+                rate_limit=rate_limit, rate_units=rate_units, unique=unique,
                 overrides=tuple((k, float(v)) for k, v in (("base_delay", base_delay), ("max_delay", max_delay),
                                                            ("max_attempts", max_attempts)) if v is not None))
             return fn
@@ -204,13 +213,14 @@ class App:
     def enqueue(self, conn: psycopg.Connection[Any], task: str, payload: Any = None, *, schema: str = "tenure",
                 queue: str | None = None, flow_key: str | None = None, idempotency_key: str | None = None,
                 delay: float = 0.0, max_attempts: int | None = None, correlation_id: str | None = None,
-                priority: int = 0, rate_limit: str | None = None) -> EnqueueResult:
+                priority: int = 0, rate_limit: str | None = None, unique: Unique | None = None) -> EnqueueResult:
         """:func:`tenure.enqueue` for a task of this app, on the caller's connection (inside its
         transaction if one is open): the job goes to the task's queue unless ``queue`` is
         given, carries the task's payload version, ``max_attempts`` defaults to the task's, and
         its flow key is ``flow_key`` when given, else what the task's ``flow_key`` callable
         derives from the payload (see :meth:`enqueue_options`); its rate limit is ``rate_limit``
-        (``"NAME"`` or ``"NAME:UNITS"``) when given, else the task's. Refuses what
+        (``"NAME"`` or ``"NAME:UNITS"``) when given, else the task's, and so is its unique
+        declaration (``unique``, else the task's ``unique=``). Refuses what
         :func:`tenure.enqueue` refuses (JobSpecError) before writing anything."""
         registered, target, key = self.enqueue_options(task, payload, queue=queue, flow_key=flow_key)
         from tenure.core.repository import Repository
@@ -218,7 +228,8 @@ class App:
             task, payload, queue=target, idempotency_key=idempotency_key, delay=delay,
             max_attempts=registered.retry.max_attempts if max_attempts is None else max_attempts,
             payload_version=registered.payload_version, correlation_id=correlation_id, priority=priority,
-            flow_key=key, rate_limit=rate_limit if rate_limit is not None else registered.rate_ref)
+            flow_key=key, rate_limit=rate_limit if rate_limit is not None else registered.rate_ref,
+            unique=unique if unique is not None else registered.unique)
 
     @property
     def queues(self) -> list[str]:

@@ -16,6 +16,14 @@ from tenure.core.repository.base import RepositoryBase
 from tenure.core.repository.lease import PRIORITY_AGING_DEFAULT, ClaimedJob, check_claim_columns, claimed_jobs
 
 
+class _ControlRowsMissing(Exception):
+    """Queues to be claimed by ``job_claim_flow`` have no control row yet."""
+
+    def __init__(self, queues: list[str]) -> None:
+        super().__init__(", ".join(queues))
+        self.queues = queues
+
+
 class ClaimQueries(RepositoryBase):
     """Claims: which ready jobs a worker (or an SQS receive) takes, within every limit."""
 
@@ -39,7 +47,10 @@ class ClaimQueries(RepositoryBase):
         claimed by ``job_claim_flow`` (one more round trip each), after the others. The ungated
         statement finds out by itself (it then claims nothing and says so); this repository
         remembers it and claims gated until the gate finds nothing to gate any more, so a worker
-        on such a queue pays no extra round trip per claim.
+        on such a queue pays no extra round trip per claim. A queue claimed by ``job_claim_flow``
+        for the first time gets its control row first, in a transaction of its own, and the claim
+        starts over (once): inside the claim, another claim's uncommitted insert of that row could
+        make it wait while holding a lock the other one wants.
 
         The hot path: rows arrive as tuples in :class:`ClaimedJob`'s field order (checked
         against the statement's columns on every call) and become jobs without a dict per row
@@ -57,6 +68,18 @@ class ClaimQueries(RepositoryBase):
             if not rows or rows[-1][0] is not None:
                 return claimed_jobs(rows)
             self._claim_gated = True  # a requested queue has a limit or keys: nothing was claimed
+        try:
+            rows, gated = self._claim_gated_tx(params, own_tx, rows_made=False)
+        except _ControlRowsMissing as missing:
+            self._rows("queue_flow_rows_create", {"queues": missing.queues})
+            rows, gated = self._claim_gated_tx(params, own_tx, rows_made=True)
+        self._claim_gated = bool(gated)
+        return claimed_jobs(rows)
+
+    def _claim_gated_tx(self, params: dict[str, Any], own_tx: bool, *,
+                        rows_made: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The gated claim's transaction: the gate, the gated statement, then each flow queue."""
+        limit = int(params["limit"])
         with self.conn.cursor(row_factory=tuple_row) as gate, self.conn.cursor(row_factory=tuple_row) as cur:
             with contextlib.ExitStack() as stack:
                 if own_tx:
@@ -68,7 +91,12 @@ class ClaimQueries(RepositoryBase):
                 gated = gate.fetchall()
                 rows = cur.fetchall()
                 check_claim_columns(cur.description)
-                flows = [name for name, flow in gated if flow]
+                flows = [name for name, flow, _ in gated if flow]
+                missing = [name for name, flow, has_row in gated if flow and not has_row]
+                if missing and own_tx and not rows_made:
+                    raise _ControlRowsMissing(missing)  # rolls this transaction back: nothing is lost
+                if missing:
+                    cur.execute(self._q["queue_flow_rows_create"], {"queues": missing})
                 if len(flows) > 1 and len(rows) < limit:
                     cur.execute(self._q["queue_flow_lock"], {"queues": flows})
                     cur.fetchall()
@@ -82,5 +110,4 @@ class ClaimQueries(RepositoryBase):
                         wait = float(more.pop()[14])
                         self.rate_wait = wait if self.rate_wait is None else min(self.rate_wait, wait)
                     rows += more
-        self._claim_gated = bool(gated)
-        return claimed_jobs(rows)
+        return rows, gated

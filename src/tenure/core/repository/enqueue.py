@@ -15,6 +15,7 @@ from tenure.core.repository.specs import (
     check_rate_limits_known,
     check_text,
 )
+from tenure.core.unique import Unique
 
 
 class EnqueueQueries(RepositoryBase):
@@ -24,14 +25,16 @@ class EnqueueQueries(RepositoryBase):
                 idempotency_key: str | None = None, delay: float = 0.0, max_attempts: int = 5,
                 payload_version: int = 1, correlation_id: str | None = None,
                 priority: int = PRIORITY_DEFAULT, flow_key: str | None = None,
-                rate_limit: str | None = None) -> EnqueueResult:
-        """Insert a job (or return the existing one with the same idempotency key).
+                rate_limit: str | None = None, unique: Unique | None = None) -> EnqueueResult:
+        """Insert a job (or return the existing one with the same idempotency key, or, with
+        ``unique``, the job holding its unique key: docs/unique.md).
         Refuses what :meth:`JobSpec.validate` refuses (JobSpecError) before writing anything, and
         a ``rate_limit`` (``"NAME"`` or ``"NAME:UNITS"``) naming no rate limit, or asking more
         units than its burst. Traced (:mod:`tenure.core.tracing`): a PRODUCER span, whose
         context is stored with the job."""
-        spec = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority, flow_key, rate_limit)
-        text = spec.validate()
+        spec = JobSpec(task, payload, queue, max_attempts, delay, idempotency_key, priority, flow_key, rate_limit,
+                       unique)
+        text, base = spec.validated()
         if isinstance(payload_version, bool) or not isinstance(payload_version, int) or payload_version < 1:
             raise JobSpecError(f"payload_version must be a whole number >= 1, got {payload_version!r}")
         if correlation_id is not None:
@@ -46,28 +49,54 @@ class EnqueueQueries(RepositoryBase):
                       "correlation_id": correlation_id, "channel": self.channel,
                       "trace_context": span.traceparent, "flow_key": flow_key,
                       "rate_limit": rate[0] if rate else None, "rate_units": rate[1] if rate else 1}
+            query = "job_enqueue"
+            if unique is not None:
+                query = "job_enqueue_unique_update" if unique.updates else "job_enqueue_unique"
+                params.update(self._unique_params(base or "", unique))
+                if unique.on_conflict == "debounce":
+                    params["delay"] = max(float(delay), float(unique.period or 0))
             for attempt in range(5):
-                row = self._one("job_enqueue", params)
+                row = self._one(query, params)
                 if row is not None:
                     span.sent(int(row["id"]), created=bool(row["created"]))
-                    return EnqueueResult(int(row["id"]), bool(row["created"]))
+                    if idempotency_key is not None and row.get("source") == "unique":
+                        # The key was claimed for a job the unique key skipped: free it again.
+                        self._rows("job_key_release_orphans", {"keys": [idempotency_key]})
+                    return EnqueueResult(int(row["id"]), bool(row["created"]), bool(row.get("replaced")))
                 # A concurrent enqueue with the same key committed after our snapshot: look again.
                 # Past the first miss, the key may be an orphan (its job deleted by hand, not by
                 # tenure's prune or purge, which free keys): forget it if no job holds it.
                 if attempt >= 1 and idempotency_key is not None:
                     self._rows("job_key_release_orphan", {"key": idempotency_key})
-        raise RuntimeError(f"enqueue with idempotency key {idempotency_key!r} found neither a new nor an existing job")
+        raise RuntimeError(f"enqueue with idempotency key {idempotency_key!r} (unique: {unique is not None}) found "
+                           f"neither a new nor an existing job")
 
     def enqueue_many(self, jobs: Sequence[JobSpec]) -> int:
         """Insert a batch in one statement; returns how many were new (key duplicates skipped).
         Every job is validated (:meth:`JobSpec.validate`), and its rate limit looked up (as in
-        :meth:`enqueue`), before anything is written.
+        :meth:`enqueue`), before anything is written. A job's unique declaration holds per entry:
+        ``skip`` entries are in the one statement (a later entry of the batch with an earlier
+        one's key is skipped too), ``replace`` and ``debounce`` entries follow, one statement each,
+        in batch order (docs/unique.md).
         Traced: one PRODUCER span per job (a key duplicate's span is marked ``tenure.deduplicated``)."""
         if not jobs:
             return 0
-        payloads = [j.validate() for j in jobs]
+        checked = [j.validated() for j in jobs]
+        payloads = [text for text, _ in checked]
         rates = [j.rate for j in jobs]
         self._check_rates(r for r in rates if r is not None)
+        updating = [i for i, j in enumerate(jobs) if j.unique is not None and j.unique.updates]
+        if updating:
+            rest = [j for j in jobs if j.unique is None or not j.unique.updates]
+            inserted = self.enqueue_many(rest) if rest else 0
+            for i in updating:
+                j = jobs[i]
+                inserted += self.enqueue(j.task, j.payload, queue=j.queue, idempotency_key=j.idempotency_key,
+                                         delay=j.delay, max_attempts=j.max_attempts, priority=j.priority,
+                                         flow_key=j.flow_key, rate_limit=j.rate_limit, unique=j.unique).created
+            return inserted
+        uniques = [self._unique_params(base or "", j.unique) if j.unique is not None else None
+                   for j, (_, base) in zip(jobs, checked)]
         spans = [tracing.start_producer(j.queue, j.task) for j in jobs] if tracing.enabled() else []
         row: dict[str, Any] | None = None
         try:
@@ -78,8 +107,14 @@ class EnqueueQueries(RepositoryBase):
                 "idempotency_keys": [j.idempotency_key for j in jobs],
                 "priorities": [j.priority for j in jobs], "flow_keys": [j.flow_key for j in jobs],
                 "rate_limits": [r[0] if r else None for r in rates], "rate_units": [r[1] if r else 1 for r in rates],
+                "unique_bases": [u["unique_base"] if u else None for u in uniques],
+                "unique_periods": [u["unique_period"] if u else None for u in uniques],
+                "unique_states": [",".join(u["unique_states"]) if u else None for u in uniques],
                 "channel": self.channel,
                 "trace_contexts": [s.traceparent for s in spans] or [None] * len(jobs)})
+            orphans = sorted({j.idempotency_key for j in jobs if j.unique is not None and j.idempotency_key})
+            if orphans:  # keys claimed for jobs a unique key skipped
+                self._rows("job_key_release_orphans", {"keys": orphans})
         except BaseException as exc:
             for span in spans:
                 span.failed(exc)
@@ -88,6 +123,13 @@ class EnqueueQueries(RepositoryBase):
             if spans:
                 self._name_traced(spans, row)
         return int(row["inserted"]) if row else 0
+
+    @staticmethod
+    def _unique_params(base: str, unique: Unique) -> dict[str, Any]:
+        """The unique key's query parameters: its payload-derived hash (``base``), the period that
+        buckets it by time (None: none), the states it covers."""
+        return {"unique_base": base, "unique_period": unique.bucket_period,
+                "unique_states": list(unique.states), "debounce": unique.on_conflict == "debounce"}
 
     def enqueue_rate_limits(self, names: Iterable[str]) -> dict[str, int]:
         """The burst of each rate limit among ``names`` that exists (an unknown name is absent)."""

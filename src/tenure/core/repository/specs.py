@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tenure.core.errors import ConfigError, JobSpecError, PayloadError
+from tenure.core.unique import Unique, unique_base
 
 Row = dict[str, Any]
 """One result row of a named query, by column name."""
@@ -71,7 +72,9 @@ def check_priority(priority: Any) -> int:
 class EnqueueResult:
     id: int
     created: bool
-    """False when an existing job with the same idempotency key was returned (dedup hit)."""
+    """False when an existing job with the same idempotency key or unique key was returned (dedup hit)."""
+    replaced: bool = False
+    """True when a unique ``replace`` or ``debounce`` rewrote that existing pending job (docs/unique.md)."""
 
 
 MAX_ATTEMPTS_LIMIT = 2**31 - 1
@@ -172,6 +175,8 @@ class JobSpec:
     rate_limit: str | None = None
     """A rate limit's name, ``"NAME"`` (1 unit) or ``"NAME:UNITS"``: the claim takes that many
     tokens from its bucket (docs/flow.md). Enqueue refuses an unknown name."""
+    unique: Unique | None = None
+    """At most one job per unique key (the task plus payload fields): docs/unique.md."""
 
     @property
     def rate(self) -> tuple[str, int] | None:
@@ -181,9 +186,23 @@ class JobSpec:
     def validate(self) -> str:
         """Raise JobSpecError (a ValueError) naming the first invalid field: an empty task or queue
         name (or one with surrounding whitespace or a NUL), an empty idempotency key or flow key (or
-        one over 200 bytes), a malformed rate limit reference, ``max_attempts``
+        one over 200 bytes), a malformed rate limit reference, a unique declaration whose fields
+        the payload lacks (or a payload that is not an object), ``max_attempts``
         not a whole number from 1 to 2^31-1, a delay that is negative, not finite or above 100 years,
         or a payload jsonb cannot store (PayloadError). Returns the payload's stored JSON text."""
+        return self.validated()[0]
+
+    def validated(self) -> tuple[str, str | None]:
+        """:meth:`validate`'s checks; the payload's stored JSON text and the unique key's
+        payload-derived part (:func:`tenure.core.unique.unique_base`; None without ``unique``)."""
+        text = self._checked_payload()
+        if self.unique is None:
+            return text, None
+        if not isinstance(self.unique, Unique):
+            raise JobSpecError(f"unique must be a tenure.Unique, got {self.unique!r}"[:300])
+        return text, unique_base(self.task, self.payload, self.unique)
+
+    def _checked_payload(self) -> str:
         check_text("task name", self.task)
         check_text("queue name", self.queue)
         check_priority(self.priority)

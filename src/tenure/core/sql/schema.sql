@@ -43,13 +43,20 @@ CREATE TABLE jobs (
     flow_key            text,
     rate_limit          text,
     rate_units          integer     NOT NULL DEFAULT 1,
+    unique_key          text,
+    unique_states       job_status[],
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -100 AND 100),
     CONSTRAINT jobs_flow_key_length CHECK (flow_key IS NULL OR octet_length(flow_key) BETWEEN 1 AND 200),
     CONSTRAINT jobs_rate_units_range CHECK (rate_units BETWEEN 1 AND 1000000),
     CONSTRAINT jobs_running_has_lease CHECK (
         status <> 'running'
         OR (lock_token IS NOT NULL AND locked_by IS NOT NULL AND lease_expires_at IS NOT NULL)
-    )
+    ),
+    -- Unique jobs (0015, docs/unique.md): a key covers pending and running, never completed.
+    CONSTRAINT jobs_unique_states_valid CHECK (
+        unique_key IS NULL
+        OR (unique_states @> '{pending,running}'::job_status[] AND NOT 'completed'::job_status = ANY (unique_states)
+            AND octet_length(unique_key) BETWEEN 64 AND 100))
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
 -- Claiming walks only ready rows: O(claimed), not O(table).
@@ -69,6 +76,10 @@ CREATE INDEX jobs_failed_idx ON jobs (queue_name, failed_at) WHERE status = 'fai
 CREATE INDEX jobs_completed_idx ON jobs (queue_name, completed_at) WHERE status = 'completed';
 -- Enqueue-time deduplication (R13): one job per business operation key.
 CREATE UNIQUE INDEX jobs_idempotency_key_idx ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+-- Unique jobs (0015, docs/unique.md): one job per unique key among jobs in their key's states;
+-- enqueues conflict here (ON CONFLICT), never by a look-up first. Jobs without a key have no entry.
+CREATE UNIQUE INDEX jobs_unique_key_idx ON jobs (unique_key)
+    WHERE unique_key IS NOT NULL AND status = ANY (unique_states);
 -- The job browser's filters (0008): queue, task and finished status in id order, created_at ranges,
 -- payload containment. The payload index leaves running rows out (0010): a claim writes none of
 -- its entries, and the few running rows are read through jobs_running_lease_idx.
@@ -400,6 +411,38 @@ CREATE TABLE queue_depth_samples (
     PRIMARY KEY (sampled_at, queue_name)
 );
 
+-- The rollup of the job browser's charts, written by the reaper (0016): the periods rolled up
+-- (hours, kept 8 days; quarter hours, kept 25 hours), then per queue and period the counts and
+-- the wait histograms (by period of start).
+CREATE TABLE queue_series_rollups (
+    seconds     integer     NOT NULL CHECK (seconds IN (900, 3600)),
+    period      timestamptz NOT NULL,
+    rolled_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (seconds, period)
+);
+
+CREATE TABLE queue_series_periods (
+    seconds          integer     NOT NULL,
+    period           timestamptz NOT NULL,
+    queue_name       text        NOT NULL,
+    completed        bigint      NOT NULL,
+    failed_attempts  bigint      NOT NULL,
+    dead_lettered    bigint      NOT NULL,
+    PRIMARY KEY (seconds, period, queue_name),
+    FOREIGN KEY (seconds, period) REFERENCES queue_series_rollups ON DELETE CASCADE
+);
+
+CREATE TABLE queue_wait_periods (
+    seconds         integer     NOT NULL,
+    period          timestamptz NOT NULL,
+    queue_name      text        NOT NULL,
+    started_period  timestamptz NOT NULL,
+    wait_buckets    smallint[]  NOT NULL,
+    jobs            integer[]   NOT NULL,
+    PRIMARY KEY (seconds, period, queue_name, started_period),
+    FOREIGN KEY (seconds, period) REFERENCES queue_series_rollups ON DELETE CASCADE
+);
+
 CREATE TABLE schema_migrations (
     version     integer PRIMARY KEY,
     name        text        NOT NULL,
@@ -430,7 +473,11 @@ BEGIN
     SELECT tokens, refilled_at, paused_until INTO b
     FROM rate_buckets WHERE limit_name = lim AND flow_key = bucket FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM rate_buckets WHERE limit_name = lim AND flow_key = bucket) THEN
+        -- Creating it must not wait either: an insert of the same bucket by a claim not yet
+        -- committed would make this one wait, while that claim may wait for a queue this one holds.
+        IF EXISTS (SELECT 1 FROM rate_buckets WHERE limit_name = lim AND flow_key = bucket)
+           OR NOT pg_try_advisory_xact_lock(hashtextextended('tenure.rate:' || current_schema() || ':' || lim
+                                                             || ':' || bucket, 0)) THEN
             RETURN now() + interval '10 milliseconds';
         END IF;
         INSERT INTO rate_buckets (limit_name, flow_key, tokens, refilled_at)
@@ -450,7 +497,9 @@ BEGIN
     IF have < need THEN
         RETURN now() + make_interval(secs => (need - have) / r.per_second);
     END IF;
-    UPDATE rate_buckets SET tokens = have - need, refilled_at = now(), paused_until = NULL
+    -- Never back in time: a claim whose transaction began before the last one's must not count
+    -- the refill between the two twice.
+    UPDATE rate_buckets SET tokens = have - need, refilled_at = greatest(b.refilled_at, now()), paused_until = NULL
     WHERE limit_name = lim AND flow_key = bucket;
     RETURN NULL;
 END
@@ -461,15 +510,17 @@ $fn$;
 -- the claimed jobs in claim order, then, when a rate limit held a job back, one row whose id is
 -- NULL and whose lease_expires_at is the earliest time a blocked bucket has its tokens again
 -- (wait_seconds: how long from now).
--- Lanes, in order: jobs ready longer than `aging` seconds (of the oldest 4x `want`, one per key,
--- the keys round-robin from the cursor), then each priority level with ready jobs, highest first. In a level, keys are visited
--- round-robin in key order from the queue's cursor (jobs without a key are one key, first in the
--- ring), a visit takes the key's weight in jobs (deficit round-robin: a fraction carries over),
--- FIFO within the key. A key at its running limit, or whose bucket is short, is skipped for the
--- rest of the call. At most 8x `want` + 64 key probes per call; the cursor is kept, so the next
--- claim carries on where this one stopped. Locks the queue's control row (creating it) to the end
--- of the transaction, so the claims of a queue serialise and every count sees every claim; a
--- caller claiming several queues locks them first, in name order (queue_flow_lock).
+-- Lanes, in order: jobs ready longer than `aging` seconds (of the oldest 4x the room, one per key,
+-- the keys round-robin from the cursor), then each priority level with ready jobs, highest first.
+-- In a level, keys are visited round-robin in key order from the queue's cursor (jobs without a
+-- key are one key, first in the ring); a visit takes the key's weight in jobs (deficit
+-- round-robin: a fraction carries over; a visit cut short by the room or a bucket is finished by
+-- the next claim), FIFO within the key. A key at its running limit, or whose bucket is short, is
+-- skipped for the rest of the call. At most 8x the room + 64 key probes per call; the cursor moves
+-- past keys stepped over (except after a key its bucket held back, which keeps its turn), so the
+-- next claim carries on from there. Locks the queue's control row (creating it) to the end of the
+-- transaction, so the claims of a queue serialise and every count sees every claim; a caller
+-- claiming several queues locks them first, in name order (queue_flow_lock).
 -- The lease columns are set as in job_claim (claim.sql): keep the two in step.
 CREATE OR REPLACE FUNCTION flow_claim(q text, want integer, aging double precision, lease double precision,
                                       worker text)
@@ -487,7 +538,7 @@ DECLARE
     pick_keys text[] := '{}';
     skip text[] := '{}';
     aged_before timestamptz := now() - make_interval(secs => aging);
-    budget integer := 8 * want + 64;
+    budget integer;
     cur text;
     lvl integer := 32767;
     pos text;
@@ -500,6 +551,13 @@ DECLARE
     w double precision;
     d double precision;
     has_row boolean;
+    share double precision;
+    held boolean;
+    hold boolean := false;
+    round_takers integer;
+    round_banked boolean;
+    last_taker text;
+    solo text;
     quota integer;
     took integer;
     drained boolean;
@@ -524,6 +582,7 @@ BEGIN
     IF room <= 0 THEN
         RETURN;
     END IF;
+    budget := 8 * room + 64;
     cur := ctl.flow_cursor;
 
     -- The aged lane: of the oldest jobs ready longer than `aging`, one per key, the keys in ring
@@ -553,6 +612,7 @@ BEGIN
             IF blocked_until IS NOT NULL THEN
                 skip := skip || jkey;
                 retry_at := least(retry_at, blocked_until);
+                hold := true;
                 CONTINUE;
             END IF;
         END IF;
@@ -577,6 +637,9 @@ BEGIN
         pos := cur;
         wrapped := false;
         round_progress := false;
+        round_takers := 0;
+        round_banked := false;
+        solo := NULL;
         LOOP
             EXIT WHEN cardinality(picked) >= room OR budget <= 0;
             IF pos IS NULL THEN
@@ -594,7 +657,12 @@ BEGIN
             IF nk IS NULL THEN  -- past the last key: back to the start of the ring
                 IF wrapped OR round_start IS NULL THEN  -- a whole round has passed
                     EXIT WHEN NOT round_progress;
+                    -- One key alone took jobs (and none banked a share): it is alone at this level
+                    -- for the rest of the claim, so its next visit takes the rest of the room.
+                    solo := CASE WHEN round_takers = 1 AND NOT round_banked THEN last_taker END;
                     round_progress := false;
+                    round_takers := 0;
+                    round_banked := false;
                     round_start := pos;
                 END IF;
                 wrapped := true;
@@ -603,13 +671,22 @@ BEGIN
             END IF;
             IF wrapped AND round_start IS NOT NULL AND nk > round_start THEN  -- a whole round
                 EXIT WHEN NOT round_progress;
+                solo := CASE WHEN round_takers = 1 AND NOT round_banked THEN last_taker END;
                 round_progress := false;
+                round_takers := 0;
+                round_banked := false;
                 round_start := pos;
                 wrapped := false;
             END IF;
             pos := nk;
-            CONTINUE WHEN nk = ANY(skip);
-            CONTINUE WHEN nk <> '' AND nat > now();
+            -- A key stepped over (skipped, nothing ready) moves the cursor past it, unless a key
+            -- its bucket held back came earlier in this claim: that one keeps its turn.
+            IF nk = ANY(skip) OR (nk <> '' AND nat > now()) THEN
+                IF NOT hold THEN
+                    cur := pos;
+                END IF;
+                CONTINUE;
+            END IF;
             cap := NULL; w := 1; d := 0; has_row := false;
             IF nk <> '' THEN
                 SELECT f.running, f.weight, f.deficit, true INTO cap, w, d, has_row
@@ -619,40 +696,57 @@ BEGIN
                 END IF;
                 cap := coalesce(cap, ctl.per_key_running);
             END IF;
-            quota := floor(w + d)::int;
             IF cap IS NOT NULL THEN
-                quota := least(quota, cap - (SELECT count(*)::int FROM jobs r WHERE r.status = 'running'
-                                             AND r.queue_name = q AND r.flow_key = nk)
-                                          - (SELECT count(*)::int FROM unnest(pick_keys) u WHERE u = nk));
-                IF quota <= 0 AND w + d >= 1 THEN  -- at its running limit
+                cap := cap - (SELECT count(*)::int FROM jobs r WHERE r.status = 'running'
+                              AND r.queue_name = q AND r.flow_key = nk)
+                           - (SELECT count(*)::int FROM unnest(pick_keys) u WHERE u = nk);
+                IF cap <= 0 THEN  -- at its running limit
                     skip := skip || nk;
+                    IF NOT hold THEN
+                        cur := pos;
+                    END IF;
                     CONTINUE;
                 END IF;
             END IF;
-            quota := least(quota, room - cardinality(picked));
+            -- The visit's share: its weight plus the fraction carried over, or what is left of a
+            -- visit that the room of an earlier claim (or a bucket) cut short (a deficit of 1 or
+            -- more is only ever that).
+            share := CASE WHEN nk = solo THEN room - cardinality(picked) WHEN d >= 1 THEN d ELSE w + d END;
+            quota := least(floor(share)::int, coalesce(cap, room), room - cardinality(picked));
             took := 0;
             drained := false;
-            WHILE took < quota LOOP
+            held := false;
+            IF floor(share) < 1 THEN
+                -- A weight below 1 banks its share; that is progress only if a job is there to take.
                 IF nk = '' THEN
-                    SELECT j.id, j.rate_limit, j.rate_units INTO jid, jrate, junits FROM jobs j
-                    WHERE j.status = 'pending' AND j.queue_name = q AND j.flow_key IS NULL
-                      AND j.priority = lvl AND j.available_at <= now() AND j.id <> ALL(picked)
-                    ORDER BY j.priority DESC, j.available_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+                    drained := NOT EXISTS (SELECT 1 FROM jobs j WHERE j.status = 'pending' AND j.queue_name = q
+                        AND j.flow_key IS NULL AND j.priority = lvl AND j.available_at <= now()
+                        AND j.id <> ALL(picked));
                 ELSE
-                    SELECT j.id, j.rate_limit, j.rate_units INTO jid, jrate, junits FROM jobs j
-                    WHERE j.status = 'pending' AND j.queue_name = q AND j.priority = lvl
-                      AND j.flow_key = nk AND j.available_at <= now() AND j.id <> ALL(picked)
-                    ORDER BY j.flow_key, j.available_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+                    drained := NOT EXISTS (SELECT 1 FROM jobs j WHERE j.status = 'pending' AND j.queue_name = q
+                        AND j.priority = lvl AND j.flow_key = nk AND j.available_at <= now()
+                        AND j.id <> ALL(picked));
                 END IF;
-                IF NOT FOUND THEN
-                    drained := true;
-                    EXIT;
+                IF NOT drained THEN
+                    round_progress := true;
+                    round_banked := true;
+                    cur := pos;
                 END IF;
+            END IF;
+            -- The key's next `quota` jobs, first in, first out, in one probe.
+            FOR jid, jrate, junits IN
+                SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
+                WHERE j.status = 'pending' AND j.queue_name = q AND j.flow_key IS NULL AND nk = ''
+                  AND j.priority = lvl AND j.available_at <= now() AND j.id <> ALL(picked)
+                ORDER BY j.priority DESC, j.available_at, j.id LIMIT quota FOR UPDATE SKIP LOCKED
+            LOOP
                 IF jrate IS NOT NULL THEN
                     blocked_until := rate_take(jrate, junits, nullif(nk, ''));
                     IF blocked_until IS NOT NULL THEN
                         skip := skip || nk;
                         retry_at := least(retry_at, blocked_until);
+                        held := true;
+                        hold := true;
                         EXIT;
                     END IF;
                 END IF;
@@ -660,15 +754,49 @@ BEGIN
                 pick_keys := pick_keys || nk;
                 took := took + 1;
             END LOOP;
-            -- A visit that took a job, or banked part of one (a weight below 1), is progress, and
-            -- moves the cursor past the key; a key its bucket held back keeps its turn.
-            IF took > 0 OR (quota = 0 AND w + d < 1) THEN
+            IF nk <> '' AND NOT held THEN
+                FOR jid, jrate, junits IN
+                    SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
+                    WHERE j.status = 'pending' AND j.queue_name = q AND j.priority = lvl
+                      AND j.flow_key = nk AND j.available_at <= now() AND j.id <> ALL(picked)
+                    ORDER BY j.flow_key, j.available_at, j.id LIMIT quota FOR UPDATE SKIP LOCKED
+                LOOP
+                    IF jrate IS NOT NULL THEN
+                        blocked_until := rate_take(jrate, junits, nk);
+                        IF blocked_until IS NOT NULL THEN
+                            skip := skip || nk;
+                            retry_at := least(retry_at, blocked_until);
+                            held := true;
+                            hold := true;
+                            EXIT;
+                        END IF;
+                    END IF;
+                    picked := picked || jid;
+                    pick_keys := pick_keys || nk;
+                    took := took + 1;
+                END LOOP;
+            END IF;
+            drained := drained OR (floor(share) >= 1 AND NOT held AND took < quota);
+            IF took > 0 THEN
                 round_progress := true;
+                round_takers := round_takers + 1;
+                last_taker := nk;
+            END IF;
+            -- The cursor moves past the key when its visit is over; a visit cut short by the room
+            -- or by its bucket leaves the cursor before the key, so the next claim finishes it.
+            IF floor(share) >= 1 AND NOT held AND (drained OR took >= least(floor(share), coalesce(cap, room))) THEN
+                IF NOT hold OR took > 0 THEN
+                    cur := pos;
+                END IF;
+            ELSIF floor(share) < 1 AND drained AND NOT hold THEN
                 cur := pos;
             END IF;
-            IF has_row AND w <> 1 THEN
-                UPDATE flow_keys f SET deficit = CASE WHEN drained THEN 0 ELSE greatest(0, least(w, w + d - took)) END
-                WHERE f.queue_name = q AND f.flow_key = nk;
+            IF has_row AND (w <> 1 OR d <> 0) THEN
+                d := CASE WHEN drained OR nk = solo THEN 0
+                          WHEN floor(share) < 1 THEN share                       -- banked
+                          WHEN held OR took < least(floor(share), coalesce(cap, room)) THEN share - took
+                          ELSE (share - took) - floor(share - took) END;         -- the fraction carries over
+                UPDATE flow_keys f SET deficit = d WHERE f.queue_name = q AND f.flow_key = nk;
             END IF;
         END LOOP;
     END LOOP;

@@ -82,7 +82,11 @@ BEGIN
     SELECT tokens, refilled_at, paused_until INTO b
     FROM rate_buckets WHERE limit_name = lim AND flow_key = bucket FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM rate_buckets WHERE limit_name = lim AND flow_key = bucket) THEN
+        -- Creating it must not wait either: an insert of the same bucket by a claim not yet
+        -- committed would make this one wait, while that claim may wait for a queue this one holds.
+        IF EXISTS (SELECT 1 FROM rate_buckets WHERE limit_name = lim AND flow_key = bucket)
+           OR NOT pg_try_advisory_xact_lock(hashtextextended('tenure.rate:' || current_schema() || ':' || lim
+                                                             || ':' || bucket, 0)) THEN
             RETURN now() + interval '10 milliseconds';
         END IF;
         INSERT INTO rate_buckets (limit_name, flow_key, tokens, refilled_at)
@@ -102,7 +106,9 @@ BEGIN
     IF have < need THEN
         RETURN now() + make_interval(secs => (need - have) / r.per_second);
     END IF;
-    UPDATE rate_buckets SET tokens = have - need, refilled_at = now(), paused_until = NULL
+    -- Never back in time: a claim whose transaction began before the last one's must not count
+    -- the refill between the two twice.
+    UPDATE rate_buckets SET tokens = have - need, refilled_at = greatest(b.refilled_at, now()), paused_until = NULL
     WHERE limit_name = lim AND flow_key = bucket;
     RETURN NULL;
 END
@@ -113,15 +119,17 @@ $fn$;
 -- the claimed jobs in claim order, then, when a rate limit held a job back, one row whose id is
 -- NULL and whose lease_expires_at is the earliest time a blocked bucket has its tokens again
 -- (wait_seconds: how long from now).
--- Lanes, in order: jobs ready longer than `aging` seconds (of the oldest 4x `want`, one per key,
--- the keys round-robin from the cursor), then each priority level with ready jobs, highest first. In a level, keys are visited
--- round-robin in key order from the queue's cursor (jobs without a key are one key, first in the
--- ring), a visit takes the key's weight in jobs (deficit round-robin: a fraction carries over),
--- FIFO within the key. A key at its running limit, or whose bucket is short, is skipped for the
--- rest of the call. At most 8x `want` + 64 key probes per call; the cursor is kept, so the next
--- claim carries on where this one stopped. Locks the queue's control row (creating it) to the end
--- of the transaction, so the claims of a queue serialise and every count sees every claim; a
--- caller claiming several queues locks them first, in name order (queue_flow_lock).
+-- Lanes, in order: jobs ready longer than `aging` seconds (of the oldest 4x the room, one per key,
+-- the keys round-robin from the cursor), then each priority level with ready jobs, highest first.
+-- In a level, keys are visited round-robin in key order from the queue's cursor (jobs without a
+-- key are one key, first in the ring); a visit takes the key's weight in jobs (deficit
+-- round-robin: a fraction carries over; a visit cut short by the room or a bucket is finished by
+-- the next claim), FIFO within the key. A key at its running limit, or whose bucket is short, is
+-- skipped for the rest of the call. At most 8x the room + 64 key probes per call; the cursor moves
+-- past keys stepped over (except after a key its bucket held back, which keeps its turn), so the
+-- next claim carries on from there. Locks the queue's control row (creating it) to the end of the
+-- transaction, so the claims of a queue serialise and every count sees every claim; a caller
+-- claiming several queues locks them first, in name order (queue_flow_lock).
 -- The lease columns are set as in job_claim (claim.sql): keep the two in step.
 CREATE OR REPLACE FUNCTION flow_claim(q text, want integer, aging double precision, lease double precision,
                                       worker text)
@@ -139,7 +147,7 @@ DECLARE
     pick_keys text[] := '{}';
     skip text[] := '{}';
     aged_before timestamptz := now() - make_interval(secs => aging);
-    budget integer := 8 * want + 64;
+    budget integer;
     cur text;
     lvl integer := 32767;
     pos text;
@@ -152,6 +160,13 @@ DECLARE
     w double precision;
     d double precision;
     has_row boolean;
+    share double precision;
+    held boolean;
+    hold boolean := false;
+    round_takers integer;
+    round_banked boolean;
+    last_taker text;
+    solo text;
     quota integer;
     took integer;
     drained boolean;
@@ -176,6 +191,7 @@ BEGIN
     IF room <= 0 THEN
         RETURN;
     END IF;
+    budget := 8 * room + 64;
     cur := ctl.flow_cursor;
 
     -- The aged lane: of the oldest jobs ready longer than `aging`, one per key, the keys in ring
@@ -205,6 +221,7 @@ BEGIN
             IF blocked_until IS NOT NULL THEN
                 skip := skip || jkey;
                 retry_at := least(retry_at, blocked_until);
+                hold := true;
                 CONTINUE;
             END IF;
         END IF;
@@ -229,6 +246,9 @@ BEGIN
         pos := cur;
         wrapped := false;
         round_progress := false;
+        round_takers := 0;
+        round_banked := false;
+        solo := NULL;
         LOOP
             EXIT WHEN cardinality(picked) >= room OR budget <= 0;
             IF pos IS NULL THEN
@@ -246,7 +266,12 @@ BEGIN
             IF nk IS NULL THEN  -- past the last key: back to the start of the ring
                 IF wrapped OR round_start IS NULL THEN  -- a whole round has passed
                     EXIT WHEN NOT round_progress;
+                    -- One key alone took jobs (and none banked a share): it is alone at this level
+                    -- for the rest of the claim, so its next visit takes the rest of the room.
+                    solo := CASE WHEN round_takers = 1 AND NOT round_banked THEN last_taker END;
                     round_progress := false;
+                    round_takers := 0;
+                    round_banked := false;
                     round_start := pos;
                 END IF;
                 wrapped := true;
@@ -255,13 +280,22 @@ BEGIN
             END IF;
             IF wrapped AND round_start IS NOT NULL AND nk > round_start THEN  -- a whole round
                 EXIT WHEN NOT round_progress;
+                solo := CASE WHEN round_takers = 1 AND NOT round_banked THEN last_taker END;
                 round_progress := false;
+                round_takers := 0;
+                round_banked := false;
                 round_start := pos;
                 wrapped := false;
             END IF;
             pos := nk;
-            CONTINUE WHEN nk = ANY(skip);
-            CONTINUE WHEN nk <> '' AND nat > now();
+            -- A key stepped over (skipped, nothing ready) moves the cursor past it, unless a key
+            -- its bucket held back came earlier in this claim: that one keeps its turn.
+            IF nk = ANY(skip) OR (nk <> '' AND nat > now()) THEN
+                IF NOT hold THEN
+                    cur := pos;
+                END IF;
+                CONTINUE;
+            END IF;
             cap := NULL; w := 1; d := 0; has_row := false;
             IF nk <> '' THEN
                 SELECT f.running, f.weight, f.deficit, true INTO cap, w, d, has_row
@@ -271,40 +305,57 @@ BEGIN
                 END IF;
                 cap := coalesce(cap, ctl.per_key_running);
             END IF;
-            quota := floor(w + d)::int;
             IF cap IS NOT NULL THEN
-                quota := least(quota, cap - (SELECT count(*)::int FROM jobs r WHERE r.status = 'running'
-                                             AND r.queue_name = q AND r.flow_key = nk)
-                                          - (SELECT count(*)::int FROM unnest(pick_keys) u WHERE u = nk));
-                IF quota <= 0 AND w + d >= 1 THEN  -- at its running limit
+                cap := cap - (SELECT count(*)::int FROM jobs r WHERE r.status = 'running'
+                              AND r.queue_name = q AND r.flow_key = nk)
+                           - (SELECT count(*)::int FROM unnest(pick_keys) u WHERE u = nk);
+                IF cap <= 0 THEN  -- at its running limit
                     skip := skip || nk;
+                    IF NOT hold THEN
+                        cur := pos;
+                    END IF;
                     CONTINUE;
                 END IF;
             END IF;
-            quota := least(quota, room - cardinality(picked));
+            -- The visit's share: its weight plus the fraction carried over, or what is left of a
+            -- visit that the room of an earlier claim (or a bucket) cut short (a deficit of 1 or
+            -- more is only ever that).
+            share := CASE WHEN nk = solo THEN room - cardinality(picked) WHEN d >= 1 THEN d ELSE w + d END;
+            quota := least(floor(share)::int, coalesce(cap, room), room - cardinality(picked));
             took := 0;
             drained := false;
-            WHILE took < quota LOOP
+            held := false;
+            IF floor(share) < 1 THEN
+                -- A weight below 1 banks its share; that is progress only if a job is there to take.
                 IF nk = '' THEN
-                    SELECT j.id, j.rate_limit, j.rate_units INTO jid, jrate, junits FROM jobs j
-                    WHERE j.status = 'pending' AND j.queue_name = q AND j.flow_key IS NULL
-                      AND j.priority = lvl AND j.available_at <= now() AND j.id <> ALL(picked)
-                    ORDER BY j.priority DESC, j.available_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+                    drained := NOT EXISTS (SELECT 1 FROM jobs j WHERE j.status = 'pending' AND j.queue_name = q
+                        AND j.flow_key IS NULL AND j.priority = lvl AND j.available_at <= now()
+                        AND j.id <> ALL(picked));
                 ELSE
-                    SELECT j.id, j.rate_limit, j.rate_units INTO jid, jrate, junits FROM jobs j
-                    WHERE j.status = 'pending' AND j.queue_name = q AND j.priority = lvl
-                      AND j.flow_key = nk AND j.available_at <= now() AND j.id <> ALL(picked)
-                    ORDER BY j.flow_key, j.available_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+                    drained := NOT EXISTS (SELECT 1 FROM jobs j WHERE j.status = 'pending' AND j.queue_name = q
+                        AND j.priority = lvl AND j.flow_key = nk AND j.available_at <= now()
+                        AND j.id <> ALL(picked));
                 END IF;
-                IF NOT FOUND THEN
-                    drained := true;
-                    EXIT;
+                IF NOT drained THEN
+                    round_progress := true;
+                    round_banked := true;
+                    cur := pos;
                 END IF;
+            END IF;
+            -- The key's next `quota` jobs, first in, first out, in one probe.
+            FOR jid, jrate, junits IN
+                SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
+                WHERE j.status = 'pending' AND j.queue_name = q AND j.flow_key IS NULL AND nk = ''
+                  AND j.priority = lvl AND j.available_at <= now() AND j.id <> ALL(picked)
+                ORDER BY j.priority DESC, j.available_at, j.id LIMIT quota FOR UPDATE SKIP LOCKED
+            LOOP
                 IF jrate IS NOT NULL THEN
                     blocked_until := rate_take(jrate, junits, nullif(nk, ''));
                     IF blocked_until IS NOT NULL THEN
                         skip := skip || nk;
                         retry_at := least(retry_at, blocked_until);
+                        held := true;
+                        hold := true;
                         EXIT;
                     END IF;
                 END IF;
@@ -312,15 +363,49 @@ BEGIN
                 pick_keys := pick_keys || nk;
                 took := took + 1;
             END LOOP;
-            -- A visit that took a job, or banked part of one (a weight below 1), is progress, and
-            -- moves the cursor past the key; a key its bucket held back keeps its turn.
-            IF took > 0 OR (quota = 0 AND w + d < 1) THEN
+            IF nk <> '' AND NOT held THEN
+                FOR jid, jrate, junits IN
+                    SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
+                    WHERE j.status = 'pending' AND j.queue_name = q AND j.priority = lvl
+                      AND j.flow_key = nk AND j.available_at <= now() AND j.id <> ALL(picked)
+                    ORDER BY j.flow_key, j.available_at, j.id LIMIT quota FOR UPDATE SKIP LOCKED
+                LOOP
+                    IF jrate IS NOT NULL THEN
+                        blocked_until := rate_take(jrate, junits, nk);
+                        IF blocked_until IS NOT NULL THEN
+                            skip := skip || nk;
+                            retry_at := least(retry_at, blocked_until);
+                            held := true;
+                            hold := true;
+                            EXIT;
+                        END IF;
+                    END IF;
+                    picked := picked || jid;
+                    pick_keys := pick_keys || nk;
+                    took := took + 1;
+                END LOOP;
+            END IF;
+            drained := drained OR (floor(share) >= 1 AND NOT held AND took < quota);
+            IF took > 0 THEN
                 round_progress := true;
+                round_takers := round_takers + 1;
+                last_taker := nk;
+            END IF;
+            -- The cursor moves past the key when its visit is over; a visit cut short by the room
+            -- or by its bucket leaves the cursor before the key, so the next claim finishes it.
+            IF floor(share) >= 1 AND NOT held AND (drained OR took >= least(floor(share), coalesce(cap, room))) THEN
+                IF NOT hold OR took > 0 THEN
+                    cur := pos;
+                END IF;
+            ELSIF floor(share) < 1 AND drained AND NOT hold THEN
                 cur := pos;
             END IF;
-            IF has_row AND w <> 1 THEN
-                UPDATE flow_keys f SET deficit = CASE WHEN drained THEN 0 ELSE greatest(0, least(w, w + d - took)) END
-                WHERE f.queue_name = q AND f.flow_key = nk;
+            IF has_row AND (w <> 1 OR d <> 0) THEN
+                d := CASE WHEN drained OR nk = solo THEN 0
+                          WHEN floor(share) < 1 THEN share                       -- banked
+                          WHEN held OR took < least(floor(share), coalesce(cap, room)) THEN share - took
+                          ELSE (share - took) - floor(share - took) END;         -- the fraction carries over
+                UPDATE flow_keys f SET deficit = d WHERE f.queue_name = q AND f.flow_key = nk;
             END IF;
         END LOOP;
     END LOOP;

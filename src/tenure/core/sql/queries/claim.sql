@@ -151,16 +151,17 @@ SELECT id, queue_name, task, payload, payload_version, attempt_count, max_attemp
 FROM {schema}.flow_claim(%(queue)s, %(limit)s, %(aging)s, %(lease)s, %(worker_id)s);
 
 -- name: queue_flow_lock
--- Lock (creating them) the control rows of the queues a claim will take with job_claim_flow, in name order, before the first of them, so claims of several such queues never deadlock.
-WITH made AS (
-    INSERT INTO {schema}.queues (name)
-    SELECT n FROM unnest(%(queues)s::text[]) AS n ORDER BY n
-    ON CONFLICT DO NOTHING
-)
+-- Lock the control rows of the queues a claim will take with job_claim_flow, in name order, before the first of them, so claims of several such queues never deadlock (queue_flow_rows_create made the rows beforehand).
 SELECT s.name FROM {schema}.queues s WHERE s.name = ANY(%(queues)s::text[]) ORDER BY s.name FOR UPDATE;
 
+-- name: queue_flow_rows_create
+-- Create, in its own transaction, the control rows of queues about to be claimed by job_claim_flow (which locks them): a claim never waits for another's uncommitted insert of one, which could deadlock.
+INSERT INTO {schema}.queues (name)
+SELECT n FROM unnest(%(queues)s::text[]) AS n ORDER BY n
+ON CONFLICT DO NOTHING;
+
 -- name: queue_claim_gate
--- Lock the control rows of the claimed queues that have a running limit (global, per key, or for one key) or weights, in name order, so limited claims serialise and the next statement counts every committed claim; returns, in the order asked, those queues and the queues with ready jobs that carry a flow key or name a rate limit, and whether each is claimed by job_claim_flow.
+-- Lock the control rows of the claimed queues that have a running limit (global, per key, or for one key) or weights, in name order, so limited claims serialise and the next statement counts every committed claim; returns, in the order asked, those queues and the queues with ready jobs that carry a flow key or name a rate limit, whether each is claimed by job_claim_flow, and whether it has a control row.
 WITH locked AS (
     SELECT s.name
     FROM {schema}.queues s
@@ -171,7 +172,7 @@ WITH locked AS (
     FOR UPDATE OF s
 ), asked AS (
     -- `flow` exactly as job_claim_gated leaves a queue out, so that every queue is claimed by one.
-    SELECT u.name, u.ord, l.name IS NOT NULL AS limited,
+    SELECT u.name, u.ord, l.name IS NOT NULL AS limited, s.name IS NOT NULL AS has_row,
            s.per_key_running IS NOT NULL
                OR EXISTS (SELECT 1 FROM {schema}.flow_keys f WHERE f.queue_name = u.name)
                OR EXISTS (SELECT 1 FROM {schema}.jobs k WHERE k.status = 'pending' AND k.queue_name = u.name
@@ -183,4 +184,4 @@ WITH locked AS (
     LEFT JOIN {schema}.queues s ON s.name = u.name
     WHERE s.paused IS NOT TRUE
 )
-SELECT name, flow FROM asked WHERE limited OR flow ORDER BY ord;
+SELECT name, flow, has_row FROM asked WHERE limited OR flow ORDER BY ord;

@@ -193,16 +193,16 @@ FROM {schema}.all_jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;
 -- bucket (the key's for a per_key limit, else the shared one, flow_key '') is paused;
 -- `rate`, that bucket holds fewer tokens now than the job's units (no bucket: full, burst).
 -- Jobs short of tokens count only beyond their key's concurrency-held jobs (they may be the
--- same jobs), so ready (runnable minus blocked) never counts a job twice. A flow queue has a
--- running limit per key, keyed pending jobs or ready jobs naming a rate limit; when `oldest` is true, its
--- `oldest_unblocked` job is the first runnable one in (available_at, id) order that the claim
--- would not pass over: its key under its running limit, and no job of its key (jobs without a
--- key are one key), itself or older, short of tokens or paused, since the claim takes a key's
--- jobs first in, first out; looked for among the queue's `walk` oldest runnable jobs (none
--- found, or the queue paused: NULL). Reads: per-key counts of limited queues
--- (jobs_flow_ready_idx, jobs_flow_running_idx), rate-limited ready jobs (jobs_rate_ready_idx),
--- a probe per queue for a keyed pending and a rate-limited ready job, and at most `walk` rows
--- of jobs_ready_idx per flow queue.
+-- same jobs), so ready (runnable minus blocked) never counts a job twice.
+-- A flow queue has a running limit per key, keyed pending jobs or ready jobs naming a rate
+-- limit. When `oldest` is true, its `oldest_unblocked` job is the first runnable one in
+-- (available_at, id) order that the claim would not pass over: its key is under its running
+-- limit, and no job of its key (jobs without a key are one key) as old as it or older is short
+-- of tokens or paused, since the claim takes a key's jobs first in, first out. It is looked for
+-- among the queue's `walk` oldest runnable jobs (none found, or the queue paused: NULL).
+-- Reads: per-key counts of limited queues (jobs_flow_ready_idx, jobs_flow_running_idx), the
+-- ready jobs naming a rate limit (jobs_rate_ready_idx), a probe per queue for a keyed pending
+-- and a rate-limited ready job, and at most `walk` rows of jobs_ready_idx per flow queue.
 WITH q AS (
     SELECT u.name, s.per_key_running, coalesce(s.paused, false) AS paused
     FROM unnest(%(queues)s::text[]) AS u(name) LEFT JOIN {schema}.queues s ON s.name = u.name
@@ -230,27 +230,25 @@ WITH q AS (
     LEFT JOIN {schema}.flow_keys f
            ON f.queue_name = coalesce(r.queue_name, d.queue_name) AND f.flow_key = coalesce(r.flow_key, d.flow_key)
     WHERE coalesce(f.running, l.per_key_running) IS NOT NULL
-), rated AS (
-    SELECT j.queue_name, j.flow_key, j.available_at, j.id,
-           CASE WHEN b.paused_until > now() THEN 'backpressure'
-                WHEN coalesce(least(l.burst, b.tokens + l.per_second
-                                             * greatest(0, extract(epoch FROM now() - b.refilled_at)::float8)),
-                              l.burst) < j.rate_units THEN 'rate' END AS reason
-    FROM {schema}.jobs j
-    JOIN {schema}.rate_limits l ON l.name = j.rate_limit
-    LEFT JOIN {schema}.rate_buckets b
-           ON b.limit_name = j.rate_limit AND b.flow_key = CASE WHEN l.per_key THEN coalesce(j.flow_key, '') ELSE '' END
-    WHERE j.status = 'pending' AND j.rate_limit IS NOT NULL AND j.available_at <= now()
-      AND j.queue_name = ANY(%(queues)s::text[])
 ), short AS (
-    SELECT queue_name, flow_key, count(*) FILTER (WHERE reason = 'backpressure') AS bp,
-           count(*) FILTER (WHERE reason = 'rate') AS rt
-    FROM rated WHERE reason IS NOT NULL GROUP BY queue_name, flow_key
-), held_from AS MATERIALIZED (
-    SELECT DISTINCT ON (queue_name, coalesce(flow_key, '')) queue_name, coalesce(flow_key, '') AS flow_key,
-           available_at, id
-    FROM rated WHERE reason IS NOT NULL
-    ORDER BY queue_name, coalesce(flow_key, ''), available_at, id
+    SELECT r.queue_name, r.flow_key, count(*) FILTER (WHERE r.reason = 'backpressure') AS bp,
+           count(*) FILTER (WHERE r.reason = 'rate') AS rt, min(r.available_at) AS held_from
+    FROM (
+        SELECT j.queue_name, j.flow_key, j.available_at,
+               CASE WHEN b.paused_until > now() THEN 'backpressure'
+                    WHEN coalesce(least(l.burst, b.tokens + l.per_second
+                                                 * greatest(0, extract(epoch FROM now() - b.refilled_at)::float8)),
+                                  l.burst) < j.rate_units THEN 'rate' END AS reason
+        FROM {schema}.jobs j
+        JOIN {schema}.rate_limits l ON l.name = j.rate_limit
+        LEFT JOIN {schema}.rate_buckets b
+               ON b.limit_name = j.rate_limit
+              AND b.flow_key = CASE WHEN l.per_key THEN coalesce(j.flow_key, '') ELSE '' END
+        WHERE j.status = 'pending' AND j.rate_limit IS NOT NULL AND j.available_at <= now()
+          AND j.queue_name = ANY(%(queues)s::text[])
+    ) r
+    WHERE r.reason IS NOT NULL
+    GROUP BY r.queue_name, r.flow_key
 ), per_key AS (
     SELECT coalesce(c.queue_name, s.queue_name) AS queue_name, coalesce(c.held, 0) AS held,
            coalesce(s.bp, 0) AS bp, coalesce(s.rt, 0) AS rt, coalesce(c.at_limit, false) AS at_limit
@@ -279,9 +277,9 @@ WITH q AS (
         ) j
         WHERE NOT EXISTS (SELECT 1 FROM capped c
                           WHERE c.queue_name = j.queue_name AND c.flow_key = j.flow_key AND c.at_limit)
-          AND NOT EXISTS (SELECT 1 FROM held_from h
-                          WHERE h.queue_name = j.queue_name AND h.flow_key = coalesce(j.flow_key, '')
-                            AND (h.available_at, h.id) <= (j.available_at, j.id))
+          AND NOT EXISTS (SELECT 1 FROM short h
+                          WHERE h.queue_name = j.queue_name AND coalesce(h.flow_key, '') = coalesce(j.flow_key, '')
+                            AND h.held_from <= j.available_at)
         ORDER BY j.available_at, j.id LIMIT 1
     ) w ON true
 )
