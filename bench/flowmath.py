@@ -95,13 +95,13 @@ def steady_rate(starts: Iterable[float], skip: int) -> SteadyRate | None:
 
 
 CLAIM_MARKERS = (
-    ("queue_claim_gate", "SELECT name, flow FROM asked"),
+    ("queue_claim_gate", "SELECT name, flow, has_row FROM asked"),
     ("job_claim_flow", "flow_claim("),
     ("job_claim_gated", "CASE WHEN s.max_running IS NULL THEN"),
-    ("queue_flow_lock", "SELECT n FROM unnest("),
+    ("queue_flow_lock", "ORDER BY s.name FOR UPDATE"),
     ("job_claim", "FROM blocked WHERE blocked"),
 )
-"""A text in each of the claim's statements (src/tenure/core/sql/queries/lease.sql) free of
+"""A text in each of the claim's statements (src/tenure/core/sql/queries/claim.sql) free of
 literals (pg_stat_statements replaces those with $n); the first that matches names it."""
 _SPACE = re.compile(r"\s+")
 

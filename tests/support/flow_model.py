@@ -97,27 +97,40 @@ class Claim:
     held: bool
     """A rate limit held a job back (flow_claim's last row, whose id is NULL)."""
     probes: int
-    """Key probes spent of the budget (8 x want + 64)."""
+    """Key probes spent of the budget (8 x room + 64, the room after ``max_running``)."""
 
 
 def claim(state: QueueState, want: int) -> Claim:
     """The jobs ``flow_claim(q, want, aging, ...)`` takes from ``state``, and what it leaves.
 
     Where the SQL goes beyond docs/flow.md, the model does as the SQL does:
-    - the ring (``''`` then the keys with pending jobs at the level, scheduled ones too) is fixed
-      for a level: a job taken stays pending to the end of the call;
-    - a key whose pending jobs at the level all lie in the future is stepped over, without a visit;
-    - only a visit that makes progress moves the cursor: one that took a job, or whose quota is 0
-      (weight + deficit below 1) and banked its weight, even at the key's running limit; not a
-      key stepped over, skipped, found empty or held back by its bucket;
-    - the deficit is written for keys with a ``flow_keys`` row and a weight other than 1:
-      0 when the key ran out of ready jobs at the level, else ``weight + deficit - taken``
-      between 0 and the weight;
+    - the ring is ``''``, then the keys with pending jobs at the level not taken yet in the
+      call (scheduled ones too): each probe finds the next such key after the last position, so
+      a key whose jobs the call took leaves the ring (and a round may end sooner);
+    - the ``''`` position is visited even when no unkeyed job is ready (a finished visit, so the
+      cursor can come to rest on ``''``); a key whose pending jobs at the level all lie in the
+      future is stepped over, without a visit;
+    - a visit's share is the rest of the room for the key alone (``solo``: the one key that took
+      jobs in the last whole round of the level, when no key banked in it), else the stored
+      deficit when it is 1 or more (the rest of a visit cut short), else weight + deficit; its
+      quota is the share's whole jobs, within the key's free running slots and the room;
+    - a visit is over when drained, or when it took ``least(floor(share), free slots)`` jobs,
+      the free slots being the claim's whole room for a key without a running limit: so a visit
+      that took the whole room of its claim is over too (the rest of its share is dropped), and
+      only one cut short after other jobs of the claim is "cut short by the room";
+    - the cursor moves past a visit that is over, past a visit that banked (share below one job,
+      a ready job there), and past keys stepped over (skipped, at their running limit, nothing
+      ready, '' found empty), except after a bucket held a key back in the claim (``hold``):
+      then only a visit that took a job or banked moves it;
+    - the deficit is written for keys with a ``flow_keys`` row whose weight or deficit is not
+      1 and 0: 0 when drained or solo, the share when banked, ``share - taken`` when cut short
+      (room or bucket), else the fraction of ``share - taken``;
+    - a round without progress (a job taken or a share banked) ends the level;
     - the '' position costs no probe; every other step of the ring costs one."""
     run = _Run(state, want)
     run.run()
     return Claim(ids=tuple(run.picked), cursor=run.cur, deficits=run.deficits, buckets=run.buckets,
-                 held=run.held, probes=8 * want + 64 - run.budget)
+                 held=run.held, probes=run.budget0 - run.budget)
 
 
 def after(state: QueueState, done: Claim) -> QueueState:
@@ -151,6 +164,24 @@ def _fifo(job: Job) -> tuple[float, int]:
     return (-job.age, job.id)  # available_at, then id
 
 
+@dataclass
+class _Round:
+    """flow_claim's round variables: where the round started, whether it made progress, how many
+    visits took jobs, whether one banked, and the key alone (``solo``) from the round before."""
+
+    start: str | None
+    progress: bool = False
+    takers: int = 0
+    banked: bool = False
+    solo: str | None = None
+
+    def next(self, pos: str | None, last_taker: str | None) -> None:
+        self.solo = last_taker if self.takers == 1 and not self.banked else None
+        self.progress = self.banked = False
+        self.takers = 0
+        self.start = pos
+
+
 class _Run:
     """One call of flow_claim: its variables, named as in the SQL."""
 
@@ -160,12 +191,16 @@ class _Run:
         self.picked: list[int] = []
         self.pick_keys: list[str] = []
         self.skip: list[str] = []
-        self.budget = 8 * want + 64
+        self.budget = self.budget0 = 0
         self.cur = state.cursor
         self.deficits = dict(state.deficits)
         self.buckets = dict(state.buckets)
         self.held = False
+        """retry_at IS NOT NULL: a bucket held a job back."""
+        self.hold = False
+        """A bucket held a key back earlier in this claim (the SQL's ``hold``)."""
         self.room = 0
+        self.last_taker: str | None = None
 
     def run(self) -> None:
         s = self.s
@@ -176,6 +211,7 @@ class _Run:
             self.room = min(self.room, s.max_running - s.running_total)
         if self.room <= 0:
             return
+        self.budget = self.budget0 = 8 * self.room + 64
         self.aged_lane()
         lvl = 32767
         while len(self.picked) < self.room and self.budget > 0:
@@ -194,7 +230,8 @@ class _Run:
         self.pick_keys.append(key)
 
     def rate_take(self, job: Job, key: str) -> bool:
-        """rate_take(): True when the bucket held the job's units (and gave them)."""
+        """rate_take(): True when the bucket held the job's units (and gave them); a job that
+        needs more than the burst (lowered since) takes a full bucket."""
         assert job.rate_limit is not None
         limit = self.s.rate_limits.get(job.rate_limit)
         if limit is None:  # deleted since the job was enqueued: limits nothing
@@ -203,11 +240,12 @@ class _Run:
         bucket = self.buckets.get(bid)
         if bucket is None:  # the first claim that needs it creates it, full, and keeps it
             bucket = self.buckets[bid] = Bucket(float(limit.burst))
+        need = min(job.units, limit.burst)
         have = min(limit.burst, bucket.tokens)
-        if bucket.paused or have < job.units:
+        if bucket.paused or have < need:
             self.held = True
             return False
-        self.buckets[bid] = Bucket(have - job.units)
+        self.buckets[bid] = Bucket(have - need)
         return True
 
     def aged_lane(self) -> None:
@@ -230,6 +268,7 @@ class _Run:
                     continue
             if job.rate_limit is not None and not self.rate_take(job, key):
                 self.skip.append(key)
+                self.hold = True
                 continue
             self.pick(job, key)
             self.cur = key
@@ -237,68 +276,91 @@ class _Run:
     def level(self, lvl: int) -> None:
         """One priority level: rounds of the ring from the cursor while a round makes progress."""
         at_level = [j for j in self.s.jobs if j.key is not None and j.priority == lvl]
-        ring = sorted({j.key for j in at_level if j.key is not None})
-        latest = {k: max(j.age for j in at_level if j.key == k) for k in ring}  # of the earliest available_at
-        round_start = pos = self.cur
-        wrapped = progress = False
+        rnd = _Round(start=self.cur)
+        pos = self.cur
+        wrapped = False
+        head: Job | None = None
         while len(self.picked) < self.room and self.budget > 0:
             if pos is None:
                 nk: str | None = UNKEYED
             else:
                 self.budget -= 1
-                nk = next((k for k in ring if k > pos), None)
+                head = self.probe(at_level, pos)
+                nk = head.key if head is not None else None
             if nk is None:  # past the last key: back to the start of the ring
-                if wrapped or round_start is None:  # a whole round has passed
-                    if not progress:
+                if wrapped or rnd.start is None:  # a whole round has passed
+                    if not rnd.progress:
                         return
-                    progress = False
-                    round_start = pos
+                    rnd.next(pos, self.last_taker)
                 wrapped = True
                 pos = None
                 continue
-            if wrapped and round_start is not None and nk > round_start:  # a whole round
-                if not progress:
+            if wrapped and rnd.start is not None and nk > rnd.start:  # a whole round
+                if not rnd.progress:
                     return
-                progress = False
-                round_start = pos
+                rnd.next(pos, self.last_taker)
                 wrapped = False
             pos = nk
-            if nk in self.skip or (nk != UNKEYED and latest[nk] < 0):
+            if nk in self.skip or (nk != UNKEYED and head is not None and head.age < 0):  # stepped over
+                if not self.hold:
+                    self.cur = pos
                 continue
-            if self.visit(nk, lvl):
-                progress = True
-                self.cur = pos
+            self.visit(nk, lvl, rnd)
 
-    def visit(self, nk: str, lvl: int) -> bool:
-        """A visit of key ``nk``: whether it made progress (took a job or banked part of one). A
-        key at its running limit is skipped from now on."""
+    def probe(self, at_level: list[Job], pos: str) -> Job | None:
+        """The ring's next key after ``pos``: the first pending job not taken yet (scheduled ones
+        too) of the lowest key above ``pos`` at the level, FIFO."""
+        after = [j for j in at_level if j.key is not None and j.key > pos and j.id not in self.picked]
+        return min(after, key=lambda j: (j.key or UNKEYED, _fifo(j))) if after else None
+
+    def visit(self, nk: str, lvl: int, rnd: _Round) -> None:
+        """A visit of key ``nk`` (a key at its running limit is skipped from now on)."""
         s = self.s
         cap, w, d, has_row = None, 1.0, 0.0, False
         if nk != UNKEYED:
             if s.has_row(nk):
                 cap, w, d, has_row = s.key_running.get(nk), s.weights.get(nk, 1.0), self.deficits.get(nk, 0.0), True
             cap = cap if cap is not None else s.per_key_running
-        quota = math.floor(w + d)
         if cap is not None:
-            quota = min(quota, cap - s.running.get(nk, 0) - self.pick_keys.count(nk))
-            if quota <= 0 and w + d >= 1:  # at its running limit
+            cap -= s.running.get(nk, 0) + self.pick_keys.count(nk)
+            if cap <= 0:  # at its running limit
                 self.skip.append(nk)
-                return False
-        quota = min(quota, self.room - len(self.picked))
-        took = 0
-        drained = False
+                if not self.hold:
+                    self.cur = nk
+                return
+        left = self.room - len(self.picked)
+        share = float(left) if nk == rnd.solo else d if d >= 1 else w + d
+        whole = math.floor(share)
+        room_or_cap = cap if cap is not None else self.room
+        quota = min(whole, room_or_cap, left)
         line = sorted((j for j in s.jobs if (j.key or UNKEYED) == nk and j.priority == lvl and j.age >= 0
                        and j.id not in self.picked), key=_fifo)
-        while took < quota:
-            if took >= len(line):
-                drained = True
-                break
-            job = line[took]
+        drained = held = False
+        if whole < 1:  # a weight below 1 banks its share: progress only if a job is there to take
+            drained = not line
+            if not drained:
+                rnd.progress = rnd.banked = True
+                self.cur = nk
+        took = 0
+        for job in line[:max(quota, 0)]:
             if job.rate_limit is not None and not self.rate_take(job, nk):
                 self.skip.append(nk)
+                held = self.hold = True
                 break
             self.pick(job, nk)
             took += 1
-        if has_row and w != 1:
-            self.deficits[nk] = 0.0 if drained else max(0.0, min(w, w + d - took))
-        return took > 0 or (quota == 0 and w + d < 1)
+        drained = drained or (whole >= 1 and not held and took < quota)
+        if took > 0:
+            rnd.progress = True
+            rnd.takers += 1
+            self.last_taker = nk
+        over = min(whole, room_or_cap)  # a visit that took this many is over
+        if whole >= 1 and not held and (drained or took >= over):
+            if not self.hold or took > 0:
+                self.cur = nk
+        elif whole < 1 and drained and not self.hold:
+            self.cur = nk
+        if has_row and (w != 1 or d != 0):
+            self.deficits[nk] = (0.0 if drained or nk == rnd.solo else share if whole < 1
+                                 else share - took if held or took < over
+                                 else (share - took) - math.floor(share - took))

@@ -63,4 +63,4 @@ def test_claim_statements_are_recognised_in_tenures_own_text() -> None:
         assert flowmath.claim_statement(q[name]) == name, name
     others = [n for n in q if n not in names]
     assert [n for n in others if flowmath.claim_statement(q[n])] == []
-    assert flowmath.claim_statement("SELECT  name,\n  flow FROM asked") == "queue_claim_gate"
+    assert flowmath.claim_statement("SELECT  name,\n  flow, has_row FROM asked") == "queue_claim_gate"

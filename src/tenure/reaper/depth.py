@@ -26,7 +26,7 @@ log = logging.getLogger("tenure.reaper")
 SAMPLE_INTERVAL = 60.0
 """Seconds between two samples of one reaper (the table keeps one per minute and queue)."""
 ROLLUP_LAG = 300.0
-"""Seconds after its end before an hour is rolled up: a completion or event whose transaction
+"""Seconds after its end before a period is rolled up: a completion or event whose transaction
 commits later than this after its timestamp (the transaction's start) is left out of the rollup."""
 ROLLUP_PERIODS = {3600: 8 * 86400.0, 900: 25 * 3600.0}
 """The periods rolled up (seconds: an hour for the 7-day window's buckets, a quarter hour for the
@@ -39,7 +39,7 @@ ROLLUP_BUDGET = 1.0
 
 
 class SamplerStore(Connected, ReadStore, SeriesStore, Protocol):
-    """What a sample uses: the queue figures (reads) and the samples' write (series)."""
+    """What a sample uses: the queue figures (reads), and the samples' and the rollup's writes (series)."""
 
 
 class DepthSampler:

@@ -91,6 +91,10 @@ this often (instead of every poll interval), so it exits soon after the last one
 RATE_WAIT_MIN_SECONDS = 0.01
 """Shortest wait before claiming again when a rate limit held a job back (its tokens refill
 continuously, so this bounds the claims a short bucket costs)."""
+RATE_HOLD_MAX_SECONDS = 0.05
+"""After a claim that a rate limit held a job back in, the next claim waits for the bucket's
+tokens even when a finished job frees a slot, up to this long: claims a bucket would answer with
+nothing or one job cost a statement each, and a long pause must not hold the worker's other queues."""
 
 
 ASYNC_SETTLE_SECONDS = 5.0
@@ -275,6 +279,7 @@ class Worker:
         cfg = self.config
         coalesce_below = min(cfg.claim_batch, cfg.concurrency) // 2
         coalesced = False
+        rate_hold_until = 0.0
         repo: ClaimLoopStore | None = None
         while not self._stop_signalled:
             # Clear before looking: a wake-up that lands after this line is kept for the wait.
@@ -289,6 +294,10 @@ class Worker:
                 time.sleep(CLAIM_COALESCE_SECONDS)
                 continue
             coalesced = False
+            held = rate_hold_until - time.monotonic()
+            if want > 0 and held > 0:
+                time.sleep(held)  # at most RATE_HOLD_MAX_SECONDS
+                continue
             wait = cfg.poll_interval
             try:
                 conn = claim.get()
@@ -303,6 +312,7 @@ class Worker:
                     if repo.rate_wait is not None:
                         # A rate limit held a job back: look again when its bucket has the tokens.
                         wait = min(wait, max(repo.rate_wait, RATE_WAIT_MIN_SECONDS))
+                        rate_hold_until = time.monotonic() + min(wait, RATE_HOLD_MAX_SECONDS)
                 if cfg.burst and not claimed and not self.slots.busy():
                     pending, running = repo.queue_work(cfg.queues)
                     if not pending and not running:

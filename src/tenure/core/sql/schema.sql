@@ -554,6 +554,10 @@ DECLARE
     share double precision;
     held boolean;
     hold boolean := false;
+    key_rows boolean;
+    hid bigint;
+    hrate text;
+    hunits integer;
     round_takers integer;
     round_banked boolean;
     last_taker text;
@@ -584,6 +588,7 @@ BEGIN
     END IF;
     budget := 8 * room + 64;
     cur := ctl.flow_cursor;
+    key_rows := EXISTS (SELECT 1 FROM flow_keys f WHERE f.queue_name = q);
 
     -- The aged lane: of the oldest jobs ready longer than `aging`, one per key, the keys in ring
     -- order from the cursor (the oldest key would otherwise win every claim a bucket allows one).
@@ -646,10 +651,12 @@ BEGIN
                 nk := '';
             ELSE
                 budget := budget - 1;
-                SELECT k.flow_key, k.available_at INTO nk, nat FROM jobs k
+                -- The next key's first job at this level: the key, and (locked) its head job.
+                SELECT k.flow_key, k.available_at, k.id, k.rate_limit, k.rate_units
+                INTO nk, nat, hid, hrate, hunits FROM jobs k
                 WHERE k.status = 'pending' AND k.queue_name = q AND k.priority = lvl
-                  AND k.flow_key IS NOT NULL AND k.flow_key > pos
-                ORDER BY k.flow_key, k.available_at LIMIT 1;
+                  AND k.flow_key IS NOT NULL AND k.flow_key > pos AND k.id <> ALL(picked)
+                ORDER BY k.flow_key, k.available_at, k.id LIMIT 1 FOR UPDATE SKIP LOCKED;
                 IF NOT FOUND THEN
                     nk := NULL;
                 END IF;
@@ -688,12 +695,14 @@ BEGIN
                 CONTINUE;
             END IF;
             cap := NULL; w := 1; d := 0; has_row := false;
-            IF nk <> '' THEN
+            IF nk <> '' AND key_rows THEN
                 SELECT f.running, f.weight, f.deficit, true INTO cap, w, d, has_row
                 FROM flow_keys f WHERE f.queue_name = q AND f.flow_key = nk;
                 IF NOT FOUND THEN
                     cap := NULL; w := 1; d := 0; has_row := false;
                 END IF;
+            END IF;
+            IF nk <> '' THEN
                 cap := coalesce(cap, ctl.per_key_running);
             END IF;
             IF cap IS NOT NULL THEN
@@ -754,12 +763,29 @@ BEGIN
                 pick_keys := pick_keys || nk;
                 took := took + 1;
             END LOOP;
-            IF nk <> '' AND NOT held THEN
+            IF nk <> '' AND quota > 0 AND NOT held THEN
+                -- The head job the ring's probe locked first, then the rest in one probe.
+                IF hrate IS NOT NULL THEN
+                    blocked_until := rate_take(hrate, hunits, nk);
+                    IF blocked_until IS NOT NULL THEN
+                        skip := skip || nk;
+                        retry_at := least(retry_at, blocked_until);
+                        held := true;
+                        hold := true;
+                    END IF;
+                END IF;
+                IF NOT held THEN
+                    picked := picked || hid;
+                    pick_keys := pick_keys || nk;
+                    took := 1;
+                END IF;
+            END IF;
+            IF nk <> '' AND took < quota AND NOT held THEN
                 FOR jid, jrate, junits IN
                     SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
                     WHERE j.status = 'pending' AND j.queue_name = q AND j.priority = lvl
                       AND j.flow_key = nk AND j.available_at <= now() AND j.id <> ALL(picked)
-                    ORDER BY j.flow_key, j.available_at, j.id LIMIT quota FOR UPDATE SKIP LOCKED
+                    ORDER BY j.flow_key, j.available_at, j.id LIMIT quota - took FOR UPDATE SKIP LOCKED
                 LOOP
                     IF jrate IS NOT NULL THEN
                         blocked_until := rate_take(jrate, junits, nk);
