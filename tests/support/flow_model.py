@@ -199,6 +199,8 @@ class _Run:
         """retry_at IS NOT NULL: a bucket held a job back."""
         self.hold = False
         """A bucket held a key back earlier in this claim (the SQL's ``hold``)."""
+        self.last_pos: str | None = None
+        """The ring position the last level stopped at (the SQL's ``pos``)."""
         self.room = 0
         self.last_taker: str | None = None
 
@@ -220,6 +222,8 @@ class _Run:
                 break
             lvl = max(below)
             self.level(lvl)
+        if self.budget <= 0 and self.last_pos is not None:
+            self.cur = self.last_pos  # a claim that spent its budget leaves the cursor where it stopped
 
     def cap(self, key: str) -> int | None:
         own = self.s.key_running.get(key)
@@ -277,7 +281,7 @@ class _Run:
         """One priority level: rounds of the ring from the cursor while a round makes progress."""
         at_level = [j for j in self.s.jobs if j.key is not None and j.priority == lvl]
         rnd = _Round(start=self.cur)
-        pos = self.cur
+        pos = self.last_pos = self.cur
         wrapped = False
         head: Job | None = None
         while len(self.picked) < self.room and self.budget > 0:
@@ -293,14 +297,14 @@ class _Run:
                         return
                     rnd.next(pos, self.last_taker)
                 wrapped = True
-                pos = None
+                pos = self.last_pos = None
                 continue
             if wrapped and rnd.start is not None and nk > rnd.start:  # a whole round
                 if not rnd.progress:
                     return
                 rnd.next(pos, self.last_taker)
                 wrapped = False
-            pos = nk
+            pos = self.last_pos = nk
             if nk in self.skip or (nk != UNKEYED and head is not None and head.age < 0):  # stepped over
                 if not self.hold:
                     self.cur = pos
@@ -331,8 +335,8 @@ class _Run:
         left = self.room - len(self.picked)
         share = float(left) if nk == rnd.solo else d if d >= 1 else w + d
         whole = math.floor(share)
-        room_or_cap = cap if cap is not None else self.room
-        quota = min(whole, room_or_cap, left)
+        cap_or_share = cap if cap is not None else whole
+        quota = min(whole, cap_or_share, left)
         line = sorted((j for j in s.jobs if (j.key or UNKEYED) == nk and j.priority == lvl and j.age >= 0
                        and j.id not in self.picked), key=_fifo)
         drained = held = False
@@ -340,7 +344,8 @@ class _Run:
             drained = not line
             if not drained:
                 rnd.progress = rnd.banked = True
-                self.cur = nk
+                if not self.hold:
+                    self.cur = nk
         took = 0
         for job in line[:max(quota, 0)]:
             if job.rate_limit is not None and not self.rate_take(job, nk):
@@ -354,9 +359,9 @@ class _Run:
             rnd.progress = True
             rnd.takers += 1
             self.last_taker = nk
-        over = min(whole, room_or_cap)  # a visit that took this many is over
+        over = min(whole, cap_or_share)  # a visit that took this many is over
         if whole >= 1 and not held and (drained or took >= over):
-            if not self.hold or took > 0:
+            if not self.hold:
                 self.cur = nk
         elif whole < 1 and drained and not self.hold:
             self.cur = nk

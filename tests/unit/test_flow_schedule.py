@@ -5,9 +5,9 @@ alone, priority levels, the aged lane, running limits, rate buckets and their un
 the global limit and the probe budget.
 tests/integration/test_flow_claim_model.py holds the SQL (flow_claim) to the same model.
 
-The tests marked xfail state a documented rule that flow_claim, and so the model, does not keep
-(each names the state that shows it); strict, so a fix of the SQL and the model makes them pass
-and fail the run until the mark goes."""
+Each rule that the first versions of flow_claim broke has a test here with the state that showed
+it (a weight above the claim's room, a key starved on a shared bucket, a probe budget spent on the
+same keys claim after claim)."""
 
 from __future__ import annotations
 
@@ -242,15 +242,11 @@ def test_a_lower_level_is_reached_once_no_key_of_the_higher_ones_can_take_more()
     assert claim(state, 5).ids == (2, 1, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="SQL: a visit that took the claim's whole room counts as finished")
 def test_a_weight_of_3_takes_three_jobs_a_round_when_each_claim_takes_one() -> None:
     """docs/flow.md, step 5: "A visit that the claim's room cut short (a weight of 3 in a claim
-    of one) leaves the cursor before its key, and the next claim finishes it". flow_claim counts a
-    visit over when it took least(floor(share), coalesce(cap, room)) jobs, `room` being the
-    claim's room: a visit that took the whole room is over, the rest of its share is dropped
-    (only the fraction is stored) and the cursor passes the key. So a weight above the room of
-    the claims that reach it counts as the room: with claims of one, 1:1, not 1:3 (claims of 2
-    or more work, as the cut comes after another key's job)."""
+    of one) leaves the cursor before its key, and the next claim finishes it". (A first version
+    counted a visit that took the claim's whole room as over, so a weight above the room of the
+    claims that reached it counted as the room: 1:1 with claims of one.)"""
     state = QueueState(jobs=_jobs(*"a" * 20, *"h" * 20), weights={"h": 3.0})
     taken = Counter(k for d in claims(state, [1] * 16)[0] for k in _keys(state, d))
     assert taken == {"a": 4, "h": 12}
@@ -270,8 +266,8 @@ def test_the_next_claim_carries_on_where_the_probe_budget_ran_out() -> None:
 
 def test_the_cursor_moves_past_keys_stepped_over_unless_a_bucket_held_a_key_before() -> None:
     """docs/flow.md, step 7: a key at its running limit, or with nothing ready, is passed; after
-    a key its bucket held back, keys stepped over and visits that take nothing leave the cursor
-    before the held key (it keeps its turn), but a visit that takes a job moves it."""
+    a key its bucket held back, nothing moves the cursor (keys stepped over, visits that take a
+    job): the held key keeps its turn."""
     stepped = QueueState(jobs=(J(1, "a"), J(2, "b", age=-60)), per_key_running=1, running={"a": 1})
     assert (claim(stepped, 3).ids, claim(stepped, 3).cursor) == ((), "b")
     limits = {"r": RateLimit(burst=1)}
@@ -281,7 +277,7 @@ def test_the_cursor_moves_past_keys_stepped_over_unless_a_bucket_held_a_key_befo
     assert (done.ids, done.held, done.cursor) == ((), True, "")  # '' (before a), a held, b and c passed
     assert claim(replace(held, buckets={("r", ""): Bucket(1.0)}, cursor=done.cursor), 3).ids == (1,)
     taker = replace(held, running={})
-    assert (claim(taker, 3).ids, claim(taker, 3).cursor) == ((3,), "c")  # c took a job: past a
+    assert (claim(taker, 3).ids, claim(taker, 3).cursor) == ((3,), "")  # c took a job; a keeps its turn
 
 
 def test_scarce_tokens_go_round_the_keys_that_share_a_bucket() -> None:
@@ -292,26 +288,23 @@ def test_scarce_tokens_go_round_the_keys_that_share_a_bucket() -> None:
     assert _with_tokens(state, [2] * 6, [1.0]) == [["a"], ["b"], ["c"], ["a"], ["b"], ["c"]]
 
 
-@pytest.mark.xfail(strict=True, reason="SQL: a key taking a job moves the cursor past a key held before it")
 def test_scarce_tokens_go_round_the_keys_when_a_key_without_the_limit_takes_between() -> None:
     """docs/flow.md, step 7: "when tokens are scarce (one a claim) they still go round the keys
     rather than to the first key in the ring every time". Keys a and b share a bucket that gets
-    one token a claim; c has no limit. In a claim of two, a takes the token, b is held (hold), and
-    c takes a job, which moves the cursor past c (and b): the next claim starts at '' and a takes
-    the token again. b never gets one (nor with claims of one and a token every second claim)."""
+    one token a claim; c has no limit. In a claim of two, a takes the token, b is held, and c
+    takes a job; b keeps its turn, so the next claim's token is b's. (A first version moved the
+    cursor past b when c took a job, and b never got a token.)"""
     state = QueueState(jobs=tuple(J(n, k, rate_limit=None if k == "c" else "r") for n, k in enumerate("abc" * 6)),
                        rate_limits={"r": RateLimit(burst=1)})
     assert _with_tokens(state, [2] * 4, [1.0]) == [["a", "c"], ["b", "c"], ["a", "c"], ["b", "c"]]
 
 
-@pytest.mark.xfail(strict=True, reason="SQL: after a held key, keys stepped over keep the cursor, claim after claim")
 def test_a_held_key_does_not_make_every_claim_spend_its_budget_on_the_same_keys() -> None:
     """docs/flow.md, steps 7 and 9: "the cursor is saved, so the next claim carries on from
-    there". After a key its bucket held back, keys stepped over do not move the cursor; with 72
-    keys at their running limit after it, a claim of one spends its 72 probes on them and ends
-    with the cursor where it began, so every claim does the same while the bucket is short (a
-    paused bucket: the whole pause), and the ready key zz (and every lower level) waits, until
-    its job is older than the aging bound."""
+    there". After a key its bucket held back, keys stepped over do not move the cursor; but a
+    claim that spends its whole budget leaves it where it stopped, so 72 keys at their running
+    limit after a paused key cost a claim, not every claim, and the ready key zz is reached. (A
+    first version ended such a claim with the cursor where it began, every time.)"""
     state = QueueState(jobs=(J(0, "a", rate_limit="r"), *(J(n, f"f{n:02}") for n in range(1, 73)), J(100, "zz")),
                        rate_limits={"r": RateLimit(burst=1)}, buckets={("r", ""): Bucket(0.0, paused=True)},
                        per_key_running=1, running={f"f{n:02}": 1 for n in range(1, 73)})

@@ -739,7 +739,9 @@ BEGIN
                 IF NOT drained THEN
                     round_progress := true;
                     round_banked := true;
-                    cur := pos;
+                    IF NOT hold THEN
+                        cur := pos;
+                    END IF;
                 END IF;
             END IF;
             -- The key's next `quota` jobs, first in, first out, in one probe.
@@ -810,8 +812,9 @@ BEGIN
             END IF;
             -- The cursor moves past the key when its visit is over; a visit cut short by the room
             -- or by its bucket leaves the cursor before the key, so the next claim finishes it.
-            IF floor(share) >= 1 AND NOT held AND (drained OR took >= least(floor(share), coalesce(cap, room))) THEN
-                IF NOT hold OR took > 0 THEN
+            -- (After a key its bucket held back, nothing moves the cursor: that key keeps its turn.)
+            IF floor(share) >= 1 AND NOT held AND (drained OR took >= least(floor(share), coalesce(cap, floor(share)))) THEN
+                IF NOT hold THEN
                     cur := pos;
                 END IF;
             ELSIF floor(share) < 1 AND drained AND NOT hold THEN
@@ -820,12 +823,17 @@ BEGIN
             IF has_row AND (w <> 1 OR d <> 0) THEN
                 d := CASE WHEN drained OR nk = solo THEN 0
                           WHEN floor(share) < 1 THEN share                       -- banked
-                          WHEN held OR took < least(floor(share), coalesce(cap, room)) THEN share - took
+                          WHEN held OR took < least(floor(share), coalesce(cap, floor(share))) THEN share - took
                           ELSE (share - took) - floor(share - took) END;         -- the fraction carries over
                 UPDATE flow_keys f SET deficit = d WHERE f.queue_name = q AND f.flow_key = nk;
             END IF;
         END LOOP;
     END LOOP;
+    -- A claim that spent its whole budget leaves the cursor where it stopped, held keys or not,
+    -- so the next one gets further instead of probing the same keys again.
+    IF budget <= 0 AND pos IS NOT NULL THEN
+        cur := pos;
+    END IF;
 
     IF cur IS DISTINCT FROM ctl.flow_cursor THEN
         UPDATE queues s SET flow_cursor = cur WHERE s.name = q;
