@@ -558,6 +558,7 @@ DECLARE
     hid bigint;
     hrate text;
     hunits integer;
+    todo refcursor;
     round_takers integer;
     round_banked boolean;
     last_taker text;
@@ -744,13 +745,26 @@ BEGIN
                     END IF;
                 END IF;
             END IF;
-            -- The key's next `quota` jobs, first in, first out, in one probe.
-            FOR jid, jrate, junits IN
-                SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
-                WHERE j.status = 'pending' AND j.queue_name = q AND j.flow_key IS NULL AND nk = ''
-                  AND j.priority = lvl AND j.available_at <= now() AND j.id <> ALL(picked)
-                ORDER BY j.priority DESC, j.available_at, j.id LIMIT quota FOR UPDATE SKIP LOCKED
+            -- The key's next `quota` jobs, first in, first out, in one probe: for a visit of one
+            -- job, the head job the ring's probe locked, no probe at all.
+            IF nk = '' THEN
+                OPEN todo FOR
+                    SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
+                    WHERE j.status = 'pending' AND j.queue_name = q AND j.flow_key IS NULL
+                      AND j.priority = lvl AND j.available_at <= now() AND j.id <> ALL(picked)
+                    ORDER BY j.priority DESC, j.available_at, j.id LIMIT quota FOR UPDATE SKIP LOCKED;
+            ELSIF quota > 1 THEN
+                OPEN todo FOR
+                    SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
+                    WHERE j.status = 'pending' AND j.queue_name = q AND j.priority = lvl
+                      AND j.flow_key = nk AND j.available_at <= now() AND j.id <> ALL(picked)
+                    ORDER BY j.flow_key, j.available_at, j.id LIMIT quota FOR UPDATE SKIP LOCKED;
+            ELSE
+                OPEN todo FOR SELECT hid, hrate, hunits WHERE quota = 1;
+            END IF;
             LOOP
+                FETCH todo INTO jid, jrate, junits;
+                EXIT WHEN NOT FOUND;
                 IF jrate IS NOT NULL THEN
                     blocked_until := rate_take(jrate, junits, nullif(nk, ''));
                     IF blocked_until IS NOT NULL THEN
@@ -765,45 +779,7 @@ BEGIN
                 pick_keys := pick_keys || nk;
                 took := took + 1;
             END LOOP;
-            IF nk <> '' AND quota > 0 AND NOT held THEN
-                -- The head job the ring's probe locked first, then the rest in one probe.
-                IF hrate IS NOT NULL THEN
-                    blocked_until := rate_take(hrate, hunits, nk);
-                    IF blocked_until IS NOT NULL THEN
-                        skip := skip || nk;
-                        retry_at := least(retry_at, blocked_until);
-                        held := true;
-                        hold := true;
-                    END IF;
-                END IF;
-                IF NOT held THEN
-                    picked := picked || hid;
-                    pick_keys := pick_keys || nk;
-                    took := 1;
-                END IF;
-            END IF;
-            IF nk <> '' AND took < quota AND NOT held THEN
-                FOR jid, jrate, junits IN
-                    SELECT j.id, j.rate_limit, j.rate_units FROM jobs j
-                    WHERE j.status = 'pending' AND j.queue_name = q AND j.priority = lvl
-                      AND j.flow_key = nk AND j.available_at <= now() AND j.id <> ALL(picked)
-                    ORDER BY j.flow_key, j.available_at, j.id LIMIT quota - took FOR UPDATE SKIP LOCKED
-                LOOP
-                    IF jrate IS NOT NULL THEN
-                        blocked_until := rate_take(jrate, junits, nk);
-                        IF blocked_until IS NOT NULL THEN
-                            skip := skip || nk;
-                            retry_at := least(retry_at, blocked_until);
-                            held := true;
-                            hold := true;
-                            EXIT;
-                        END IF;
-                    END IF;
-                    picked := picked || jid;
-                    pick_keys := pick_keys || nk;
-                    took := took + 1;
-                END LOOP;
-            END IF;
+            CLOSE todo;
             drained := drained OR (floor(share) >= 1 AND NOT held AND took < quota);
             IF took > 0 THEN
                 round_progress := true;
