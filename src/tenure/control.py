@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.core.errors import ConfigError
+from tenure.core.errors import ConfigError, UniqueKeyHeldError
 from tenure.core.repository import BrowseStore, JobFilter, ReadStore, Repository
 from tenure.core.repository.specs import check_flow_key
 
@@ -115,7 +115,8 @@ def retry(conn: psycopg.Connection[Any], ids: Sequence[int], *, schema: str = "t
     """Put failed (dead-lettered) or cancelled jobs back as pending with a fresh attempt budget,
     validated like a DLQ replay: every id must exist and be failed or cancelled, and
     ``validate(row)`` (e.g. the task's payload validator) must return None for each; otherwise
-    ConfigError and nothing changes."""
+    ConfigError and nothing changes. A job whose unique key another live job holds (or another
+    of ``ids`` takes) raises :class:`UniqueKeyHeldError`, naming both, and nothing changes."""
     wanted = _ids(ids)
     repo = Repository(conn, schema)
     with conn.transaction():
@@ -125,10 +126,19 @@ def retry(conn: psycopg.Connection[Any], ids: Sequence[int], *, schema: str = "t
                 why = validate(found[i])
                 if why is not None:
                     raise ConfigError(f"job {i} fails validation ({why}): nothing was retried")
-        moved = repo.retry_jobs(wanted, requested_by or default_requester())
+        moved, held = repo.retry_jobs_held(wanted, requested_by or default_requester())
+        if held:
+            raise UniqueKeyHeldError(held_message(held, "retried"))
         if len(moved) != len(wanted):
             raise ConfigError("a job changed state during the retry: nothing was retried")
     return moved
+
+
+def held_message(held: dict[int, str], verb: str) -> str:
+    """One line for jobs left alone because their unique key is held: the first, and how many more."""
+    first = min(held)
+    more = f" (and {len(held) - 1} more job(s) whose key is held)" if len(held) > 1 else ""
+    return f"job {first} not {verb}: its {held[first]}{more}; cancel or finish the holder first"
 
 
 def list_jobs(conn: psycopg.Connection[Any], *, schema: str = "tenure", queue: str | None = None,
@@ -200,6 +210,9 @@ class BulkReport:
     newest_id: int | None
     """The newest job id the set was bounded by: pass it back to act on the same set (None for
     a set given by ids)."""
+    skipped: dict[int, str] = field(default_factory=dict)
+    """Jobs a retry left alone with why: another live job holds their unique key (or a lower id
+    of the set takes it), ``"unique key held by job 9 (pending)"``."""
 
 
 def bulk_matching(conn: psycopg.Connection[Any], action: str, flt: JobFilter, *, schema: str = "tenure",
@@ -215,7 +228,8 @@ def bulk_matching(conn: psycopg.Connection[Any], action: str, flt: JobFilter, *,
     those of them in a state the action applies to (``flt`` and ``newest_id`` unused). With
     ``expected`` (the count a preview showed) a different count raises :class:`SetChangedError`
     and changes nothing. ``dry_run`` counts only. More than ``limit`` matches raise ConfigError
-    and change nothing."""
+    and change nothing. A retry leaves out the jobs whose unique key is held and reports them in
+    ``skipped``; the others move."""
     if action not in BULK_ACTIONS:
         raise ConfigError(f"unknown action {action!r} (one of {', '.join(BULK_ACTIONS)})")
     repo = Repository(conn, schema)
@@ -239,14 +253,17 @@ def bulk_matching(conn: psycopg.Connection[Any], action: str, flt: JobFilter, *,
         return BulkReport(len(ids), 0, bound)
     who = requested_by or default_requester()
     changed = 0
+    skipped: dict[int, str] = {}
     for start in range(0, len(ids), BULK_BATCH):
         chunk = ids[start:start + BULK_BATCH]
         with conn.transaction():
             if action == "cancel":
                 changed += len(repo.cancel(chunk, who))
             else:
-                changed += len(repo.retry_jobs(chunk, who))
-    return BulkReport(len(ids), changed, bound)
+                moved, held = repo.retry_jobs_held(chunk, who)
+                changed += len(moved)
+                skipped.update(held)
+    return BulkReport(len(ids), changed, bound, skipped)
 
 
 def matching_ids(repo: BrowseStore, flt: JobFilter, statuses: Sequence[str], *, bound: int, limit: int) -> list[int]:
@@ -268,7 +285,7 @@ def matching_ids(repo: BrowseStore, flt: JobFilter, statuses: Sequence[str], *, 
 class DlqFilter:
     """The dead letters `tenure dlq replay` walks: oldest first, by queue and last error code
     (None: any). Unlike a :class:`JobFilter`'s set, which is replayed whole or refused, a walk
-    stops once ``limit`` jobs are replayed (those skipped as invalid do not count) and leaves
+    stops once ``limit`` jobs are replayed (those skipped, invalid or key held, do not count) and leaves
     the rest in the DLQ for the next run."""
 
     queue: str | None = None
@@ -282,7 +299,8 @@ class ReplayReport:
     replayed: list[int]
     """Moved back to pending (with ``dry_run``: would be)."""
     skipped: list[tuple[int, str]]
-    """Left in the DLQ as invalid, with why."""
+    """Left in the DLQ, with why: invalid, or another live job holds the unique key
+    (``"unique key held by job 9 (pending)"``, see :func:`held_only`)."""
 
 
 ReplayProgress = Callable[[list[int], list[tuple[int, str]]], None]
@@ -342,6 +360,12 @@ def replay_matching(conn: psycopg.Connection[Any], flt: JobFilter | DlqFilter, *
             on_batch(done, bad)
         pace.wait(len(replayed), more=start + batch < len(ids))
     return ReplayReport(len(ids), replayed, skipped)
+
+
+def held_only(report: ReplayReport) -> bool:
+    """Nothing was replayed and every job left alone was left because its unique key is held."""
+    return not report.replayed and bool(report.skipped) and all(
+        why.startswith(("unique key held by job", "unique key taken by")) for _, why in report.skipped)
 
 
 class _Pace:

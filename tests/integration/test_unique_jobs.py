@@ -8,7 +8,6 @@ import random
 import threading
 import time
 
-import psycopg
 import pytest
 
 from tenure.core.db import Connection, connect
@@ -152,15 +151,15 @@ def test_bad_declarations_and_payloads_write_nothing(repo: Repository, conn: Con
     assert _jobs(conn, schema) == []
 
 
-def test_retrying_a_failed_job_whose_key_is_held_is_refused_by_the_index(repo: Repository) -> None:
-    """A documented limit (docs/unique.md): with states without failed, a failed job frees its
-    key; putting it back while another job holds the key violates the index."""
+def test_retrying_a_failed_job_whose_key_is_held_leaves_it_failed(repo: Repository) -> None:
+    """With states without failed, a failed job frees its key; a retry while another job holds
+    the key leaves it out and says which job holds it (tests/integration/test_unique_retry.py)."""
     job = repo.enqueue("sync", {"customer_id": 1}, max_attempts=1, unique=BY_CUSTOMER).id
     [claimed] = repo.claim("w", ["default"], 1, 30)
     assert repo.dead_letter("w", job, claimed.lock_token, error="x", error_code="x")
-    assert repo.enqueue("sync", {"customer_id": 1}, unique=BY_CUSTOMER).created
-    with pytest.raises(psycopg.errors.UniqueViolation):
-        repo.retry_jobs([job], "test")
+    holder = repo.enqueue("sync", {"customer_id": 1}, unique=BY_CUSTOMER)
+    assert holder.created
+    assert repo.retry_jobs_held([job], "test") == ([], {job: f"unique key held by job {holder.id} (pending)"})
 
 
 def _race(dsn: str, schema: str, *, producers: int, per_producer: int, keys: int, batch: int) -> list[BaseException]:

@@ -15,8 +15,6 @@ import random
 from collections import Counter
 from dataclasses import replace
 
-import pytest
-
 from support.flow_model import Bucket, Claim, Job, QueueState, RateLimit, after, claim, claims
 
 J = Job

@@ -111,10 +111,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
             rate=args.rate, dry_run=args.dry_run, requested_by=control.default_requester("cli"),
             validate=validate, limit=args.limit, ids=args.ids, on_batch=progress)
     if args.dry_run:
-        print(f"dry run: {len(report.replayed)} would be replayed, {len(report.skipped)} skipped as invalid; "
-              "nothing changed")
+        print(f"dry run: {len(report.replayed)} would be replayed, {len(report.skipped)} skipped; nothing changed")
+    elif control.held_only(report):  # each skipped job is on stderr above; nothing was replayed
+        raise ConfigError(control.held_message(dict(report.skipped), "replayed"))
     else:
-        print(f"done: {len(report.replayed)} replayed, {len(report.skipped)} skipped as invalid")
+        print(f"done: {len(report.replayed)} replayed, {len(report.skipped)} skipped")
     return 0
 
 

@@ -22,6 +22,11 @@ class ConfigError(TenureError, ValueError):
     """Invalid configuration: the CLI prints it on one line and exits 2."""
 
 
+class UniqueKeyHeldError(ConfigError):
+    """A failed or cancelled job cannot go back to pending: another live job holds its unique key
+    (docs/unique.md). The CLI exits 2; the UI's API answers 409."""
+
+
 class JobSpecError(TenureError, ValueError):
     """An enqueue request tenure refuses (empty task or queue, negative delay, attempts below 1,
     a payload it cannot store...). Raised before anything is written; the CLI exits 2."""

@@ -196,7 +196,10 @@ def jobs_bulk(call: Call) -> dict[str, Any]:
     with call.service.connection() as conn:
         report = control.bulk_matching(conn, action, flt, schema=call.schema, requested_by=call.who, dry_run=dry_run,
                                        expected=expected, newest_id=newest, ids=ids)
-    return {"matched": report.matched, "changed": report.changed, "newest_id": report.newest_id, "dry_run": dry_run}
+    if report.skipped and not report.changed:
+        raise ApiError(409, control.held_message(report.skipped, "retried"))
+    return {"matched": report.matched, "changed": report.changed, "newest_id": report.newest_id, "dry_run": dry_run,
+            "skipped": [{"id": i, "why": why} for i, why in sorted(report.skipped.items())[:1000]]}
 
 
 def dlq_replay(call: Call) -> dict[str, Any]:
@@ -209,6 +212,8 @@ def dlq_replay(call: Call) -> dict[str, Any]:
     with call.service.connection() as conn:
         report = control.replay_matching(conn, flt, schema=call.schema, rate=float(rate), dry_run=dry_run,
                                          requested_by=call.who, ids=ids)
+    if control.held_only(report) and not dry_run:
+        raise ApiError(409, control.held_message(dict(report.skipped), "replayed"))
     return {"matched": report.matched, "replayed": len(report.replayed), "replayed_ids": report.replayed[:1000],
             "skipped": [{"id": i, "why": why} for i, why in report.skipped[:1000]], "dry_run": dry_run}
 

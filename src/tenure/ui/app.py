@@ -40,7 +40,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tenure import control
-from tenure.core.errors import ConfigError, first_line
+from tenure.core.errors import ConfigError, UniqueKeyHeldError, first_line
 from tenure.ui import api, flow_api, openapi, pages
 from tenure.ui.auth import AuthError, Identity
 from tenure.ui.filters import FilterError
@@ -133,8 +133,8 @@ def _api_endpoint(handler: api.Handler, mutates: bool) -> Callable[[Request], Aw
             return _error(exc.status, exc.message, service)
         except api.ApiError as exc:
             return _error(exc.status, exc.message)
-        except control.SetChangedError as exc:
-            return _error(409, str(exc))
+        except (control.SetChangedError, UniqueKeyHeldError) as exc:
+            return _error(409, first_line(exc))
         except (FilterError, ConfigError) as exc:
             return _error(400, first_line(exc))
         except psycopg.errors.QueryCanceled:

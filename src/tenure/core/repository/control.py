@@ -2,10 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import psycopg
+
+from tenure.core.errors import UniqueKeyHeldError
 from tenure.core.repository.base import RepositoryBase
 from tenure.core.repository.specs import Row
+
+UNIQUE_RACE_TRIES = 3
+"""Runs of a statement that a concurrent writer beat to a unique key (the next run sees it)."""
+
+
+def held_reason(held_by: int, held_status: str) -> str:
+    return f"unique key held by job {held_by} ({held_status})"
+
+
+def split_held(rows: Sequence[Row]) -> tuple[list[int], dict[int, str]]:
+    """Rows of ``id, held_by, held_status``: the ids that moved, and those held with why."""
+    moved = [int(r["id"]) for r in rows if r["held_by"] is None]
+    held = {int(r["id"]): held_reason(int(r["held_by"]), str(r["held_status"])) for r in rows
+            if r["held_by"] is not None}
+    return moved, held
+
+
+def past_unique_races(conn: psycopg.Connection[Any], run: Callable[[], list[Row]]) -> list[Row]:
+    """Run a statement that leaves out the jobs whose unique key is held, in a savepoint: a
+    holder committed by a concurrent transaction after the statement's snapshot (an enqueue, or
+    another retry) makes the index refuse the move; the next run sees that holder and leaves the
+    job out. :class:`UniqueKeyHeldError` if it keeps happening."""
+    for attempt in range(UNIQUE_RACE_TRIES):
+        try:
+            with conn.transaction():
+                return run()
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "jobs_unique_key_idx":
+                raise
+            if attempt == UNIQUE_RACE_TRIES - 1:
+                raise UniqueKeyHeldError("a concurrent enqueue or retry kept taking these jobs' unique keys: "
+                                         "nothing was changed; try again") from exc
+    raise AssertionError("unreachable")
 
 
 class ControlQueries(RepositoryBase):
@@ -17,9 +54,16 @@ class ControlQueries(RepositoryBase):
         return self._rows("job_cancel", {"ids": list(ids), "requested_by": requested_by})
 
     def retry_jobs(self, ids: Sequence[int], requested_by: str) -> list[int]:
-        """Put failed or cancelled jobs back as pending with a fresh attempt budget."""
-        return [int(r["id"]) for r in self._rows("job_retry_many", {
-            "ids": list(ids), "requested_by": requested_by, "channel": self.channel})]
+        """Put failed or cancelled jobs back as pending with a fresh attempt budget; those whose
+        unique key is held are left alone (see :meth:`retry_jobs_held`)."""
+        return self.retry_jobs_held(ids, requested_by)[0]
+
+    def retry_jobs_held(self, ids: Sequence[int], requested_by: str) -> tuple[list[int], dict[int, str]]:
+        """:meth:`retry_jobs`, and the jobs left alone because another live job holds their unique
+        key (or a lower id of ``ids`` takes it), with why: ``"unique key held by job 9 (pending)"``."""
+        rows = past_unique_races(self.conn, lambda: self._rows("job_retry_many", {
+            "ids": list(ids), "requested_by": requested_by, "channel": self.channel}))
+        return split_held(rows)
 
     def queue_control_set(self, name: str, *, requested_by: str, paused: bool | None = None,
                           max_running: int | None = None, set_limit: bool = False) -> Row:

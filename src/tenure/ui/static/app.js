@@ -395,7 +395,7 @@ async function jobs() {
       const rate = Number(document.querySelector("[data-replay-rate]")?.value || 50);
       const preview = await post("dlq/replay", { ...target, dry_run: true, rate });
       if (!preview.matched) { notice("nothing to replay", "info"); return; }
-      const skipped = preview.skipped.length ? `, ${preview.skipped.length} would be skipped as invalid` : "";
+      const skipped = preview.skipped.length ? `, ${preview.skipped.length} would be skipped` : "";
       const ok = await confirmDialog(`Replay ${preview.replayed} dead-lettered job${preview.replayed === 1 ? "" : "s"} at ${rate}/s${skipped}?`,
         `Replay ${preview.replayed}`);
       if (!ok) return;

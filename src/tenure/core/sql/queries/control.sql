@@ -34,12 +34,30 @@ WITH target AS (
 SELECT id, queue_name, previous_status::text AS previous_status, revoked_token, owner FROM updated;
 
 -- name: job_retry_many
--- Put failed or cancelled jobs back as pending with a fresh attempt budget (like a DLQ replay); only jobs still in those states move. Audited with who asked.
-WITH updated AS (
+-- Put failed or cancelled jobs back as pending with a fresh attempt budget (like a DLQ replay); only jobs still in those states move, and none whose unique key another live job holds or a lower id of the same call takes (returned with held_by and held_status: no look-up before the write). Audited with who asked.
+WITH locked AS (
+    SELECT id, unique_key FROM {schema}.jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'cancelled')
+    ORDER BY id
+    FOR UPDATE
+), target AS (
+    -- A key is held by a live job (in its covered states) or, among keyed jobs of this call, by
+    -- the lowest id: the one that moves.
+    SELECT l.id, coalesce(h.id, l.first_id) AS held_by, coalesce(h.status::text, 'pending') AS held_status
+    FROM (SELECT id, unique_key,
+                 CASE WHEN unique_key IS NOT NULL
+                      THEN nullif(first_value(id) OVER (PARTITION BY unique_key ORDER BY id), id) END AS first_id
+          FROM locked) l
+    LEFT JOIN LATERAL (
+        SELECT k.id, k.status FROM {schema}.jobs k
+        WHERE k.unique_key = l.unique_key AND k.status = ANY (k.unique_states) AND k.id <> l.id
+        ORDER BY k.id LIMIT 1) h ON true
+), updated AS (
     UPDATE {schema}.jobs j
     SET status = 'pending', available_at = now(), attempt_count = 0, lease_expiry_count = 0,
         failed_at = NULL, cancelled_at = NULL, updated_at = now()
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
+    FROM target t
+    WHERE j.id = t.id AND t.held_by IS NULL
     RETURNING j.id, j.queue_name
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, queue_name, event, reason, detail)
@@ -49,7 +67,10 @@ WITH updated AS (
 ), notified AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue_name AS q FROM updated) d
 )
-SELECT id FROM updated WHERE (SELECT count(*) FROM notified) >= 0;
+SELECT id, NULL::bigint AS held_by, NULL::text AS held_status FROM updated WHERE (SELECT count(*) FROM notified) >= 0
+UNION ALL
+SELECT id, held_by, held_status FROM target WHERE held_by IS NOT NULL
+ORDER BY id;
 
 -- name: queue_control_set
 -- Pause, resume or limit a queue (creating its control row); returns the row before and after, so a caller can report a no-op.
