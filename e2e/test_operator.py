@@ -211,10 +211,11 @@ class Stack:
 
     # the queue ------------------------------------------------------------------------
 
-    def enqueue(self, count: int, start: int) -> None:
+    def enqueue(self, count: int, start: int, flow_key: str | None = None) -> None:
         jobs = self.workdir / f"jobs-{start}.jsonl"
+        keyed = {"flow_key": flow_key} if flow_key else {}
         jobs.write_text("".join(
-            json.dumps({"task": "send_invoice_email", "payload": {"invoice_id": start + i}})
+            json.dumps({"task": "send_invoice_email", "payload": {"invoice_id": start + i}, **keyed})
             + "\n" for i in range(count)))
         out = subprocess.run(
             [TENURE, "--database-url", self.dsn, "enqueue", "--queue", QUEUE,
@@ -751,9 +752,15 @@ def test_2c_spec_flow_reaches_the_database_and_owns_the_queue_limits(
 def test_3_backlog_scales_up_then_down_after_window(
         stack: Stack, example: dict[str, Any]) -> None:
     # minReplicas 1, maxReplicas 5, 10 ready jobs per replica, scale to zero allowed.
-    stack.patch_spec({"scaling": {"scaleDownStabilizationSeconds": WINDOW}})
-    stack.enqueue(35, start=1000)
-    # 35 ready jobs, nothing running: ceil(35 / 10) = 4 replicas.
+    # First the jobs of one tenant under a per-key limit of 1: one runnable, 34 blocked, and
+    # blocked jobs are not ready, so no worker is added for them (solid_queue PR #794).
+    stack.patch_spec({"scaling": {"scaleDownStabilizationSeconds": WINDOW}, "flow": {"perKeyRunning": 1}})
+    stack.enqueue(35, start=1000, flow_key="tenant:one")
+    jq = wait_for(lambda: (lambda j: j if (j.get("status") or {}).get("ready") == 1 else None)(stack.jobqueue() or {}),
+                  60, "the operator to count 1 ready job of 35", stack.operator)
+    assert stack.replicas() == 1 and jq["status"]["desiredReplicas"] == 1, jq["status"]
+    # The limit lifted: 35 ready jobs, nothing running: ceil(35 / 10) = 4 replicas.
+    stack.patch_spec({"flow": {"perKeyRunning": 0}})
     jq = wait_for(lambda: stack.scaled_to(4), 60, "replicas to rise to 4", stack.operator)
     assert jq["status"]["ready"] == 35
     assert "scale up" in jq["status"]["lastScaleReason"]

@@ -10,6 +10,7 @@ span's bounds prune job_history's day partitions.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -17,6 +18,11 @@ from typing import Any
 
 from tenure.core.repository.base import RepositoryBase
 from tenure.core.repository.specs import Row
+
+ROLLUP_LOCK_TIMEOUT = 1.0
+"""Seconds a rollup waits for a lock on what it reads (job_history, job_events) before it fails."""
+ROLLUP_STATEMENT_TIMEOUT = 30.0
+"""Seconds a rollup statement may run before it fails (a period's rows take milliseconds)."""
 
 Span = tuple[datetime, datetime]
 """``[lo, hi)``: the completion (or event) times a raw series read covers."""
@@ -81,10 +87,17 @@ class SeriesQueries(RepositoryBase):
     def series_rollup_period(self, period: datetime, seconds: int, *, lag: float) -> bool:
         """Roll up, for every queue, the period ``seconds`` long (from a multiple of ``seconds``
         since the epoch) that holds ``period``: whether this call did (False: rolled up already,
-        by another reaper too, or not ended ``lag`` seconds ago)."""
+        by another reaper too, or not ended ``lag`` seconds ago). A lock held on what it reads
+        fails it after :data:`ROLLUP_LOCK_TIMEOUT` seconds (``LockNotAvailable``) rather than
+        holding up its caller, the reaper; the next cycle tries again."""
         lo = math.floor(period.timestamp() / seconds) * seconds
         params = {"seconds": seconds, "lo": _at(lo), "hi": _at(lo + seconds), "lag": float(lag)}
-        rows = self._unprepared("queue_series_rollup_period", params)
+        # Its own transaction on an autocommit connection (the timeouts end with it); else the
+        # caller's, which it leaves open.
+        with self.conn.transaction() if self.conn.autocommit else contextlib.nullcontext():
+            self._rows("queue_series_rollup_bound", {"lock_ms": int(ROLLUP_LOCK_TIMEOUT * 1000),
+                                                     "statement_ms": int(ROLLUP_STATEMENT_TIMEOUT * 1000)})
+            rows = self._unprepared("queue_series_rollup_period", params)
         return bool(rows and rows[0]["rolled"])
 
     def _series(self, name: str, since: datetime, until: datetime, step: float, queue: str | None,

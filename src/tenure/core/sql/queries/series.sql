@@ -138,6 +138,10 @@ WHERE NOT EXISTS (SELECT 1 FROM {schema}.queue_series_rollups r WHERE r.seconds 
 ORDER BY p DESC
 LIMIT %(limit)s;
 
+-- name: queue_series_rollup_bound
+-- Bound the waits of the rollup that follows in this transaction (lock and statement timeouts, in ms), so a locked job_history never holds up the reaper that rolls it up.
+SELECT set_config('lock_timeout', %(lock_ms)s::text, true), set_config('statement_timeout', %(statement_ms)s::text, true);
+
 -- name: queue_series_rollup_period
 -- Roll up the period [lo, hi) `seconds` long of every queue once it ended `lag` seconds ago, unless already done: only the statement that inserts its row writes its figures.
 WITH mark AS (
