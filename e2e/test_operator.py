@@ -755,10 +755,16 @@ def test_3_backlog_scales_up_then_down_after_window(
     # First the jobs of one tenant under a per-key limit of 1: one runnable, 34 blocked, and
     # blocked jobs are not ready, so no worker is added for them (solid_queue PR #794).
     stack.patch_spec({"scaling": {"scaleDownStabilizationSeconds": WINDOW}, "flow": {"perKeyRunning": 1}})
+    wait_for(lambda: _flow_limits(stack) == (1, {}), 60, "the per-key limit to reach the database", stack.operator)
+    before = stack.replicas() or 0
+    assert before < 4, before  # so that 4 (35 ready jobs) would show
     stack.enqueue(35, start=1000, flow_key="tenant:one")
     jq = wait_for(lambda: (lambda j: j if (j.get("status") or {}).get("ready") == 1 else None)(stack.jobqueue() or {}),
                   60, "the operator to count 1 ready job of 35", stack.operator)
-    assert stack.replicas() == 1 and jq["status"]["desiredReplicas"] == 1, jq["status"]
+    time.sleep(2 * INTERVAL + 1)  # two more passes: no scale-up for the 34 blocked jobs
+    jq = stack.jobqueue() or {}
+    assert (stack.replicas() or 0) <= max(before, 1) and jq["status"]["desiredReplicas"] <= max(before, 1), (
+        before, jq["status"])
     # The limit lifted: 35 ready jobs, nothing running: ceil(35 / 10) = 4 replicas.
     stack.patch_spec({"flow": {"perKeyRunning": 0}})
     jq = wait_for(lambda: stack.scaled_to(4), 60, "replicas to rise to 4", stack.operator)

@@ -98,7 +98,7 @@ def test_named_queries_follow_house_style() -> None:
         assert "{schema}" in sql or (name == "queue_listen" and "{channel}" in sql) \
             or name in ("db_now", "db_statement_timeout_set", "migration_lock", "migration_table_exists", "job_table_analyze_lock",
                         "job_table_vacuum_lock", "job_table_vacuum_unlock",
-                        "sqs_fifo_lock"), name
+                        "sqs_fifo_lock", "queue_series_rollup_bound"), name
     # Every time-dependent query compares with the database clock, never a parameter.
     for name in ("job_claim", "job_heartbeat", "job_reap_candidates", "execution_claim"):
         assert "now()" in queries[name][1]
