@@ -598,6 +598,20 @@ def test_observability_in_cluster(cluster: Cluster) -> None:
     restarts = sum(cs.get("restartCount", 0) for p in c.worker_pods(JQ)
                    for cs in p["status"].get("containerStatuses") or [])
     assert restarts == 0, "a worker restarted on a poison job"
+    # Flow control's panels: a rate limit (its tokens), and a ready keyed job naming it on a queue
+    # of its own, which no worker serves (the oldest job nothing holds back); cancelled after.
+    seeded = c.tenure_pod("flow-seed", ["sh", "-c", "tenure flow rate kind-rate --per-second 5 --burst 5 && "
+                                        "tenure enqueue noop --queue kind-flow --flow-key tenant:kind "
+                                        "--rate-limit kind-rate"])
+    flow_job = seeded.split()[-1]
+    try:
+        _check_observability(c)
+    finally:
+        c.tenure_pod("flow-unseed", ["tenure", "jobs", "cancel", flow_job])
+
+
+def _check_observability(c: Cluster) -> None:
+    """Prometheus found the workers and the rules, and every dashboard panel has data."""
     time.sleep(15)  # three scrapes
     targets = c.service_get("prometheus", 9090, "/api/v1/targets")["data"]["activeTargets"]
     discovered = [t for t in targets if "__meta_kubernetes_pod_name" in t.get("discoveredLabels", {})]
