@@ -1,7 +1,8 @@
 """tenure: a PostgreSQL-backed job queue that ends zombie jobs.
 
 Public API: :class:`App` (task registry), :class:`JobContext` (what a handler receives), the
-error classes, and :func:`enqueue` for enqueueing inside your own transaction (outbox, R17).
+error classes, :func:`enqueue` for enqueueing inside your own transaction (outbox, R17), and
+:class:`Workflow` and :class:`Batch` (jobs that wait for others, jobs with callbacks: docs/workflows.md).
 
 The names are imported on first use (:func:`__getattr__`), so that ``import tenure`` (and
 `tenure sqs`, `tenure ui`, which never run a handler) does not load the worker runtime or the
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from tenure.core.unique import Unique
     from tenure.worker.app import App
     from tenure.worker.context import JobContext
+    from tenure.workflows import Batch, Workflow
 
 _LAZY = {
     "AmbiguousError": "tenure.core.errors", "ConfigError": "tenure.core.errors",
@@ -39,6 +41,7 @@ _LAZY = {
     "EnqueueResult": "tenure.core.repository", "JobSpec": "tenure.core.repository",
     "CancelReport": "tenure.control", "cancel": "tenure.control", "Unique": "tenure.core.unique",
     "App": "tenure.worker.app", "JobContext": "tenure.worker.context",
+    "Workflow": "tenure.workflows", "Batch": "tenure.workflows",
 }
 """Each public name and the module it is imported from on first use."""
 
@@ -81,6 +84,6 @@ def enqueue(conn: psycopg.Connection[Any], task: str, payload: Any = None, *, sc
     return result
 
 
-__all__ = ["AmbiguousError", "App", "CancelReport", "ConfigError", "EnqueueResult", "InvalidPayload", "JobContext",
-           "JobSpec", "LeaseLost", "PermanentError", "RetryableError", "Unique", "cancel", "enqueue",
-           "__version__"]
+__all__ = ["AmbiguousError", "App", "Batch", "CancelReport", "ConfigError", "EnqueueResult", "InvalidPayload",
+           "JobContext", "JobSpec", "LeaseLost", "PermanentError", "RetryableError", "Unique", "Workflow", "cancel",
+           "enqueue", "__version__"]

@@ -26,9 +26,9 @@ from tenure.core.errors import ConfigError, UniqueKeyHeldError
 from tenure.core.repository import BrowseStore, JobFilter, ReadStore, Repository
 from tenure.core.repository.specs import check_flow_key
 
-CANCELLABLE = ("pending", "running")
+CANCELLABLE = ("waiting", "pending", "running")
 RETRYABLE = ("failed", "cancelled")
-JOB_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+JOB_STATUSES = ("waiting", "pending", "running", "completed", "failed", "cancelled")
 QUEUE_NAME_MAX = 200
 BULK_ACTIONS = {"cancel": CANCELLABLE, "retry": RETRYABLE}
 """What a bulk action applies to: the matching jobs in these states (the others are left alone)."""

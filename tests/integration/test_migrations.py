@@ -69,8 +69,29 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
             Repository(conn, f"x_{uuid.uuid4().hex[:8]}").check_schema()
 
 
+def _undo_0018(conn: object, schema: str) -> None:
+    """Back to version 17: no workflows or batches."""
+    for stmt in ("DROP TRIGGER jobs_workflow_changed ON {s}.jobs",
+                 "DROP TRIGGER job_history_completed_settle ON {s}.job_history",
+                 "DROP FUNCTION {s}.workflow_job_changed, {s}.workflow_jobs_completed, {s}.batch_settle, "
+                 "{s}.workflow_resume, {s}.workflow_settle",
+                 "DROP TABLE {s}.workflow_deps, {s}.workflow_steps, {s}.workflows, {s}.batches",
+                 "DROP VIEW {s}.all_jobs",
+                 "ALTER TABLE {s}.job_history DROP COLUMN workflow_id, DROP COLUMN batch_id",
+                 "ALTER TABLE {s}.jobs DROP COLUMN workflow_id, DROP COLUMN batch_id",
+                 "CREATE VIEW {s}.all_jobs AS SELECT * FROM {s}.jobs UNION ALL SELECT * FROM {s}.job_history"):
+        conn.execute(stmt.format(s=f'"{schema}"'))  # type: ignore[attr-defined]
+
+
+def _undo_0017(conn: object, schema: str) -> None:
+    """Back to version 16 (0018 undone first). An enum value cannot be dropped: `waiting` stays,
+    and 0017 adds it only if it is missing."""
+    _undo_0018(conn, schema)
+
+
 def _undo_0016(conn: object, schema: str) -> None:
-    """Back to version 15: no rollup of the charts."""
+    """Back to version 15: no rollup of the charts (0017 undone first)."""
+    _undo_0017(conn, schema)
     for table in ("queue_wait_periods", "queue_series_periods", "queue_series_rollups"):
         conn.execute(f'DROP TABLE "{schema}".{table}')  # type: ignore[attr-defined]
 

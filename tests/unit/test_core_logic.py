@@ -93,7 +93,7 @@ def test_named_queries_follow_house_style() -> None:
     for name, (description, sql) in queries.items():
         assert re.fullmatch(r"[a-z]+(_[a-z]+)+", name), name
         assert name.split("_")[0] in {"job", "queue", "worker", "execution", "dlq", "db", "migration",
-                                      "periodic", "reaper", "sqs", "flow"}, name
+                                      "periodic", "reaper", "sqs", "flow", "workflow", "batch"}, name
         assert len(description) > 10, name
         assert "{schema}" in sql or (name == "queue_listen" and "{channel}" in sql) \
             or name in ("db_now", "db_statement_timeout_set", "migration_lock", "migration_table_exists", "job_table_analyze_lock",
@@ -114,7 +114,7 @@ def test_query_files_are_one_per_repository_area() -> None:
     files = query_files()
     queries = parse_query_files(files)
     assert {f.name for f in files} == {p.stem + ".sql" for p in repository.glob("*.py")} - {
-        "__init__.sql", "base.sql", "specs.sql", "stores.sql"}
+        "__init__.sql", "base.sql", "plans.sql", "specs.sql", "stores.sql"}
     for f in files:
         lines = f.read_text(encoding="utf-8").splitlines()
         assert len(lines) <= 400, (f.name, len(lines))

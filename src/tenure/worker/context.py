@@ -29,15 +29,16 @@ from tenure.core.errors import (
     classify_exception,
     first_line,
 )
-from tenure.core.repository import ClaimedJob, ExecutionStore, LeaseStore
+from tenure.core.repository import ClaimedJob, ExecutionStore, LeaseStore, WorkflowStore
 from tenure.worker.backpressure import RateLimited, check_limit, check_retry_after
+from tenure.worker.steps import StepContext
 
 log = logging.getLogger("tenure.worker")
 
 
-class AttemptStore(LeaseStore, ExecutionStore, Protocol):
+class AttemptStore(LeaseStore, ExecutionStore, WorkflowStore, Protocol):
     """What a handler's context writes: checkpoints and stale-write records (lease area), its
-    effects' keys (executions area)."""
+    effects' keys (executions area), a workflow step's output and added steps (workflows area)."""
 
 EFFECT_RECORD_RETRY_MIN = 5.0
 """Seconds ``succeeded()`` keeps retrying on fresh connections at least, even when the key's
@@ -196,7 +197,7 @@ class Effect:
 
 
 @dataclass
-class JobContext:
+class JobContext(StepContext):
     """One delivery attempt of one job, as seen by its handler."""
 
     job: ClaimedJob

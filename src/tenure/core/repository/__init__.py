@@ -26,6 +26,8 @@ file of the same name, ``sql/queries/<area>.sql``:
 - ``flow``: per-key running limits, weights and rate limits, and their status (the claim
   enforces them);
 - ``series``: the job browser's charts per time bucket, and the queue depth samples;
+- ``workflows``: workflows (DAGs of steps) and batches with callbacks, their outputs and
+  listings; ``plans``: what a workflow or batch is made of, checked whole (no SQL);
 - ``history``: where completed jobs live (day partitions, the batched move, retention of
   completed and cancelled jobs); :mod:`tenure.reaper.history` decides when they run.
 
@@ -101,7 +103,9 @@ from tenure.core.repository.stores import (
     SchemaStore,
     SeriesStore,
     SqsStore,
+    WorkflowStore,
 )
+from tenure.core.repository.workflows import WorkflowQueries
 
 __all__ = [
     "COUNT_BUDGET_MS_DEFAULT", "COUNT_CAP_DEFAULT", "DELAY_MAX_SECONDS", "HISTORY_DAYS_AHEAD_DEFAULT",
@@ -113,13 +117,13 @@ __all__ = [
     # The faces (tenure.core.repository.stores).
     "BrowseStore", "ClaimStore", "Connected", "ControlStore", "DeadLetterStore", "EnqueueStore", "ExecutionStore", "FlowStore",
     "HistoryStore", "LeaseStore", "PeriodicStore", "ReadStore", "ReapingStore", "RegistryStore", "SchemaStore", "SeriesStore",
-    "SqsStore",
+    "SqsStore", "WorkflowStore",
 ]
 
 
 class Repository(SchemaQueries, EnqueueQueries, ClaimQueries, LeaseQueries, ReaperQueries, ReadQueries, RegistryQueries,
                  ExecutionQueries, DeadLetterQueries, ControlQueries, PeriodicQueries, SqsQueries, BrowseQueries,
-                 HistoryQueries, FlowQueries, SeriesQueries):
+                 HistoryQueries, FlowQueries, SeriesQueries, WorkflowQueries):
     """Named queries bound to one connection and one schema: every area's queries together."""
 
 
@@ -127,6 +131,7 @@ if TYPE_CHECKING:
     def _faces(repo: Repository) -> tuple[Connected, SchemaStore, EnqueueStore, ClaimStore, LeaseStore, ReapingStore,
                                           ReadStore, RegistryStore, ExecutionStore, DeadLetterStore, ControlStore,
                                           PeriodicStore, SqsStore, BrowseStore, HistoryStore, FlowStore,
-                                          SeriesStore]:
+                                          SeriesStore, WorkflowStore]:
         """Never called: mypy checks here that a Repository is every face its callers declare."""
-        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo)
+        return (repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo, repo,
+                repo)

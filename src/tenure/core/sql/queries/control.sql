@@ -8,10 +8,10 @@
 -- fragment x_filter. Every time comparison uses the database clock (now()), never the worker's (R6).
 
 -- name: job_cancel
--- Cancel jobs by id in one statement: pending ones at once; running ones by revoking their token (CAS on the token read), so the owner's next heartbeat reports the loss and its later writes are rejected. Every cancel is audited with who asked; a running job's cancel ends its attempt, so it is that attempt's record (fence, started_at).
+-- Cancel jobs by id in one statement: waiting and pending ones at once; running ones by revoking their token (CAS on the token read), so the owner's next heartbeat reports the loss and its later writes are rejected. Every cancel is audited with who asked; a running job's cancel ends its attempt, so it is that attempt's record (fence, started_at).
 WITH target AS (
     SELECT id, status, lock_token, locked_by, attempt_count, fence, started_at FROM {schema}.jobs
-    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('pending', 'running')
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('waiting', 'pending', 'running')
     ORDER BY id
     FOR UPDATE
 ), updated AS (

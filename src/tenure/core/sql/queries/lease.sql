@@ -89,13 +89,13 @@ WITH moved AS (
         last_failed_at, last_heartbeat_at, lease_expires_at, locked_by, lock_token, idempotency_key,
         correlation_id, last_error, last_error_code, checkpoint_step, checkpoint_data, checkpoint_at,
         created_at, updated_at, priority, cancelled_at, trace_context, flow_key, rate_limit, rate_units,
-        unique_key, unique_states)
+        unique_key, unique_states, workflow_id, batch_id)
     SELECT id, queue_name, task, payload, payload_version, 'completed', attempt_count, max_attempts,
            lease_expiry_count, fence, available_at, started_at, now(), failed_at, first_failed_at,
            last_failed_at, now(), NULL, NULL, NULL, idempotency_key,
            correlation_id, last_error, last_error_code, checkpoint_step, checkpoint_data, checkpoint_at,
            created_at, now(), priority, cancelled_at, trace_context, flow_key, rate_limit, rate_units,
-           unique_key, unique_states
+           unique_key, unique_states, workflow_id, batch_id
     FROM moved
 ), keys AS (
     INSERT INTO {schema}.job_keys (idempotency_key, created_at)
