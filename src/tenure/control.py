@@ -54,7 +54,7 @@ class CancelReport:
     """What one cancel call did, per id."""
 
     cancelled: list[int] = field(default_factory=list)
-    """Pending jobs now ``cancelled``."""
+    """Waiting (workflow steps) and pending jobs now ``cancelled``."""
     revoked: list[int] = field(default_factory=list)
     """Running jobs now ``cancelled``: their token is revoked; the owner learns at its next heartbeat."""
     skipped: dict[int, str] = field(default_factory=dict)
@@ -85,7 +85,7 @@ def _check_states(repo: ReadStore, ids: list[int], allowed: tuple[str, ...], ver
 
 def cancel(conn: psycopg.Connection[Any], ids: Sequence[int], *, schema: str = "tenure",
            requested_by: str | None = None, strict: bool = False) -> CancelReport:
-    """Cancel jobs. A pending job becomes ``cancelled`` at once; a running one too, by revoking
+    """Cancel jobs. A waiting or pending job becomes ``cancelled`` at once; a running one too, by revoking
     its token in one compare-and-set: its owner's next heartbeat sets ``ctx.lease_lost`` (an
     async handler is cancelled) and any later write of that attempt is rejected and audited.
     Completed, failed and already cancelled jobs are left alone (``skipped``); with ``strict``
@@ -104,7 +104,8 @@ def cancel(conn: psycopg.Connection[Any], ids: Sequence[int], *, schema: str = "
             skipped = {i: statuses[i]["status"] if i in statuses else "unknown" for i in wanted if i not in done}
             if strict:  # a job changed state between the check and the cancel
                 raise ConfigError(f"job {min(skipped)} is {skipped[min(skipped)]}: nothing was cancelled")
-    return CancelReport(cancelled=sorted(i for i, r in done.items() if r["previous_status"] == "pending"),
+    at_once = ("waiting", "pending")
+    return CancelReport(cancelled=sorted(i for i, r in done.items() if r["previous_status"] in at_once),
                         revoked=sorted(i for i, r in done.items() if r["previous_status"] == "running"),
                         skipped=skipped)
 

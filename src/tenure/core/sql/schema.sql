@@ -882,6 +882,11 @@ CREATE TABLE workflow_deps (
 );
 -- The release finds a settled job's dependents here: one probe per settled job.
 CREATE INDEX workflow_deps_dep_idx ON workflow_deps (dep_id);
+-- ... and judges each dependent by probes, never by reading all its edges (a fan-in of 10,000
+-- deps would read 10,000 edges at each of its 10,000 completions): does an unsettled edge
+-- remain, did a dep end failed or cancelled.
+CREATE INDEX workflow_deps_open_idx ON workflow_deps (job_id) WHERE settled IS NULL;
+CREATE INDEX workflow_deps_ended_idx ON workflow_deps (job_id, settled) WHERE settled IN ('failed', 'cancelled');
 CREATE TABLE batches (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     callbacks      jsonb       NOT NULL DEFAULT '{}'::jsonb,
@@ -901,9 +906,9 @@ CREATE INDEX jobs_batch_live_idx ON jobs (batch_id)
     WHERE batch_id IS NOT NULL AND status IN ('waiting', 'pending', 'running');
 
 -- Settle the edges out of `deps` (jobs that ended as `outcome`), then release or cancel each
--- dependent still waiting. Dependents are locked in id order before they are judged, and judged
--- by a later statement (a fresh snapshot): a dependent two transactions settle at once is judged
--- again by the second, after the first commits. Cancelling a dependent fires workflow_job_changed
+-- dependent still waiting. Dependents that other edges still block are locked in id order before
+-- they are judged, and judged by a later statement (a fresh snapshot): a dependent two
+-- transactions settle at once is judged again by the second, after the first commits. Cancelling a dependent fires workflow_job_changed
 -- for it in turn, so a failure cancels everything downstream that does not ignore it.
 CREATE OR REPLACE FUNCTION workflow_settle(deps bigint[], outcome text) RETURNS void
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
@@ -920,15 +925,22 @@ BEGIN
     IF waiting IS NULL THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM jobs j WHERE j.id = ANY (waiting) AND j.status = 'waiting' ORDER BY j.id FOR UPDATE;
+    -- A dependent with an edge still unsettled (as this transaction sees it) may have that edge
+    -- settled by a concurrent one: lock it, so the judgement below sees that edge once the other
+    -- commits. One without such an edge cannot be settled by anyone else (an edge settles once),
+    -- so a fan-out's dependents are judged without a lock each.
+    PERFORM 1 FROM unnest(waiting) AS w(id) JOIN jobs j ON j.id = w.id
+    WHERE j.status = 'waiting'
+      AND EXISTS (SELECT 1 FROM workflow_deps d WHERE d.job_id = j.id AND d.settled IS NULL)
+    ORDER BY j.id FOR UPDATE OF j;
     WITH judged AS (
         SELECT s.job_id, s.workflow_id, s.name,
-               bool_or(d.settled IS NULL) AS blocked,
-               bool_or(d.settled = 'failed' AND NOT s.ignore_failed) AS dep_failed,
-               bool_or(d.settled = 'cancelled' AND NOT s.ignore_cancelled) AS dep_cancelled
-        FROM workflow_steps s JOIN workflow_deps d ON d.job_id = s.job_id
-        WHERE s.job_id = ANY (waiting)
-        GROUP BY s.job_id, s.workflow_id, s.name
+               EXISTS (SELECT 1 FROM workflow_deps d WHERE d.job_id = s.job_id AND d.settled IS NULL) AS blocked,
+               NOT s.ignore_failed AND EXISTS (SELECT 1 FROM workflow_deps d
+                   WHERE d.job_id = s.job_id AND d.settled = 'failed') AS dep_failed,
+               NOT s.ignore_cancelled AND EXISTS (SELECT 1 FROM workflow_deps d
+                   WHERE d.job_id = s.job_id AND d.settled = 'cancelled') AS dep_cancelled
+        FROM unnest(waiting) AS w(id) JOIN workflow_steps s ON s.job_id = w.id
     ), moved AS (
         UPDATE jobs j
         SET status = CASE WHEN g.dep_failed OR g.dep_cancelled THEN 'cancelled' ELSE 'pending' END::job_status,
@@ -977,11 +989,11 @@ BEGIN
     IF doomed IS NULL THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM jobs j WHERE j.id = ANY (doomed) ORDER BY j.id FOR UPDATE;
+    PERFORM 1 FROM unnest(doomed) AS w(id) JOIN jobs j ON j.id = w.id ORDER BY j.id FOR UPDATE OF j;
     WITH back AS (
         UPDATE jobs j SET status = 'waiting', cancelled_at = NULL, updated_at = now()
-        FROM workflow_steps s
-        WHERE j.id = ANY (doomed) AND s.job_id = j.id AND j.status = 'cancelled' AND s.cancel_reason IS NOT NULL
+        FROM unnest(doomed) AS w(id) JOIN workflow_steps s ON s.job_id = w.id
+        WHERE j.id = w.id AND j.status = 'cancelled' AND s.cancel_reason IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM workflow_deps d WHERE d.job_id = j.id
                           AND ((d.settled = 'failed' AND NOT s.ignore_failed)
                                OR (d.settled = 'cancelled' AND NOT s.ignore_cancelled)))

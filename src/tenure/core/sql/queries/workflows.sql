@@ -117,7 +117,7 @@ SELECT w.id, w.name, w.created_at, w.cancelled_at, c.steps, c.by_status,
        (c.unfinished = 0) AS finished
 FROM {schema}.workflows w
 CROSS JOIN LATERAL (
-    SELECT count(*)::int AS steps,
+    SELECT coalesce(sum(n), 0)::int AS steps,
            coalesce(jsonb_object_agg(st, n) FILTER (WHERE st IS NOT NULL), '{}'::jsonb) AS by_status,
            coalesce(sum(n) FILTER (WHERE st IN ('waiting', 'pending', 'running')), 0)::int AS unfinished
     FROM (SELECT a.status::text AS st, count(*)::int AS n FROM {schema}.all_jobs a
