@@ -7,7 +7,10 @@ Per run, in a fresh database each, variants interleaved, every job with a user-l
 - ``independent``: ``--steps`` plain jobs (``enqueue_many``), the baseline;
 - ``fan-out``: one workflow, 1 -> ``--steps`` - 2 -> 1 (the middle all depend on the first, the
   last on all the middle ones);
-- ``chains``: ``--steps`` / 10 workflows of 10 steps, each step depending on the one before.
+- ``chains``: ``--steps`` / 10 workflows of 10 steps, each step depending on the one before;
+- ``chains-idle``: ``--idle-chains`` chains of 10 (default 20), fewer than the workers' slots, so a
+  released step never waits behind others: its release latency is the release and the wake-up
+  alone (its jobs/s is not compared: it is latency-bound).
 
 Everything is enqueued first; then ``--workers`` `tenure worker` processes start (``--concurrency``
 each) and the clock runs, from outside, until no job is waiting, pending or running (polled every
@@ -42,7 +45,7 @@ from bench.server import DATADIR_DEFAULT, start_server
 from tenure.core.db import connect
 from tenure.core.repository import JobSpec, Repository, iter_batches
 
-VARIANTS = ("independent", "fan-out", "chains")
+VARIANTS = ("independent", "fan-out", "chains", "chains-idle")
 CHAIN_LENGTH = 10
 _INSTALL = ("import sys; from tenure.core.db import connect; from tenure.core.repository import Repository; "
             "c = connect(sys.argv[1]); Repository(c, 'tenure').migrate(); c.close()")
@@ -57,7 +60,7 @@ FROM (SELECT extract(epoch FROM s.started_at - max(p.completed_at)) AS lag
 
 
 def enqueue(dsn: str, variant: str, steps: int, size: int) -> None:
-    """Write the variant's jobs (all before any worker starts)."""
+    """Write the variant's jobs (all before any worker starts); ``steps`` is the variant's own."""
     with connect(dsn) as conn:
         repo = Repository(conn, "tenure")
         if variant == "independent":
@@ -70,7 +73,7 @@ def enqueue(dsn: str, variant: str, steps: int, size: int) -> None:
                       for i in range(1, steps - 1)]
             wf.add("noop", payloads.payload(steps - 1, size), name="last", deps=middle)
             wf.enqueue(conn)
-        else:
+        else:  # chains, chains-idle
             for c in range(steps // CHAIN_LENGTH):
                 wf = tenure.Workflow(f"chain-{c}")
                 prev = None
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--idle-chains", type=int, default=20)
     p.add_argument("--datadir", type=Path, default=DATADIR_DEFAULT)
     payloads.add_argument(p)
     args = p.parse_args(argv)
@@ -123,15 +127,16 @@ def main(argv: list[str] | None = None) -> int:
         for variant in VARIANTS:
             dsn = server.fresh_db(f"bench_workflow_{variant.replace('-', '_')}")
             subprocess.run([sys.executable, "-c", _INSTALL, dsn], check=True)
-            enqueue(dsn, variant, args.steps, args.payload_bytes)
+            steps = args.idle_chains * CHAIN_LENGTH if variant == "chains-idle" else args.steps
+            enqueue(dsn, variant, steps, args.payload_bytes)
             seconds = drain(dsn, args.workers, args.concurrency)
-            rates[variant].append(args.steps / seconds)
+            rates[variant].append(steps / seconds)
             with psycopg.connect(dsn) as conn:
                 row = conn.execute(_LATENCY).fetchone()
             if row is not None and row[2]:
                 lags[variant].append((float(row[0]), float(row[1])))
             tail = f", release p50 {row[0] * 1000:.1f} ms p99 {row[1] * 1000:.1f} ms" if row and row[2] else ""
-            log(f"  [{variant} {run + 1}/{args.runs}] {args.steps / seconds:,.0f} jobs/s{tail}")
+            log(f"  [{variant} {run + 1}/{args.runs}] {steps / seconds:,.0f} jobs/s{tail}")
     base = statistics.median(rates["independent"])
     print(f"\n### Workflow drain, {args.steps:,} steps, {args.workers} workers x {args.concurrency}, "
           f"payloads {payloads.describe(args.payload_bytes)}, {args.runs} interleaved runs\n")
@@ -140,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         r = rates[v]
         p50 = f"{statistics.median(x for x, _ in lags[v]) * 1000:.1f} ms" if lags[v] else "–"
         p99 = f"{statistics.median(y for _, y in lags[v]) * 1000:.1f} ms" if lags[v] else "–"
-        print(f"| {v} | {statistics.median(r):,.0f} ({min(r):,.0f}–{max(r):,.0f}) | "
-              f"{statistics.median(r) / base:.2f}× | {p50} | {p99} |")
+        ratio = "–" if v == "chains-idle" else f"{statistics.median(r) / base:.2f}×"
+        print(f"| {v} | {statistics.median(r):,.0f} ({min(r):,.0f}–{max(r):,.0f}) | {ratio} | {p50} | {p99} |")
     return 0
 
 
