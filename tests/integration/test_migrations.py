@@ -71,7 +71,7 @@ def test_unmigrated_schema_is_refused_with_a_hint(dsn: str) -> None:
 
 def _undo_0018(conn: object, schema: str) -> None:
     """Back to version 17: no workflows or batches."""
-    for stmt in ("DROP TRIGGER jobs_workflow_changed ON {s}.jobs",
+    for stmt in ("DROP TRIGGER jobs_workflow_changed ON {s}.jobs", "DROP INDEX {s}.jobs_waiting_idx",
                  "DROP TRIGGER job_history_completed_settle ON {s}.job_history",
                  "DROP FUNCTION {s}.workflow_job_changed, {s}.workflow_jobs_completed, {s}.batch_settle, "
                  "{s}.workflow_resume, {s}.workflow_settle",

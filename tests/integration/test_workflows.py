@@ -54,6 +54,8 @@ def test_a_diamond_runs_in_dependency_order_and_each_step_is_released_once(conn:
     wid = wf.enqueue(conn, schema=schema)
     ids = wf.step_ids
     assert [_status(repo, j) for j in ids] == ["pending", "waiting", "waiting", "waiting"]
+    [stats] = repo.queue_stats("default")
+    assert (stats.waiting, stats.ready) == (3, 1)  # waiting steps are not runnable
     [first] = _claim(repo)
     assert first.id == ids[0]
     # A stale completion (another token) releases nothing.

@@ -10,13 +10,13 @@ from tenure.cli.common import command, open_repo, print_json, table
 from tenure.core.repository import ReadStore
 
 ORDER = 60
-HEADERS = ("queue", "state", "ready", "blocked", "sched", "running", "in_flight", "expired", "redelivered", "done", "dlq",
+HEADERS = ("queue", "state", "waiting", "ready", "blocked", "sched", "running", "in_flight", "expired", "redelivered", "done", "dlq",
            "cancelled", "oldest_ready", "oldest_run", "hb_lag_p95", "hb_lag_max", "workers")
 
 
 def register(sub: Any) -> None:
     p = command(sub, "stats", "per-queue backlog and lease health",
-                description="Per queue: ready (runnable), blocked (runnable but held back by flow control: a key at its "
+                description="Per queue: waiting (workflow steps whose deps have not all completed), ready (runnable), blocked (runnable but held back by flow control: a key at its "
                             "running limit, an empty or paused rate-limit bucket; --json splits it by reason), "
                             "scheduled, running (in the database) vs in flight (held by a "
                             "worker the registry sees alive; the rest wait for the reaper), running with an "
@@ -36,7 +36,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print_json([asdict(s) for s in stats])
         return 0
     rows = [(s.queue, ("paused" if s.paused else "active") + (f" max={s.max_running}" if s.max_running else ""),
-             s.ready, s.blocked, s.scheduled, s.running, s.in_flight, s.running_expired, s.redelivered, s.completed,
+             s.waiting, s.ready, s.blocked, s.scheduled, s.running, s.in_flight, s.running_expired, s.redelivered, s.completed,
              s.failed, s.cancelled, f"{s.oldest_ready_age_seconds:.1f}s", f"{s.oldest_running_age_seconds:.1f}s",
              f"{s.heartbeat_lag_p95_seconds:.1f}s", f"{s.heartbeat_lag_max_seconds:.1f}s", s.live_workers)
             for s in stats]

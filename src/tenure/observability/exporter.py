@@ -205,7 +205,7 @@ class QueueCollector(Collector):
             reaped = CounterMetricFamily("tenure_queue_reaped_jobs", "Jobs recovered by the reaper.",
                                          labels=["queue"])
             for s in stats:
-                for state, value in (("ready", s.ready), ("blocked", s.blocked), ("scheduled", s.scheduled),
+                for state, value in (("waiting", s.waiting), ("ready", s.ready), ("blocked", s.blocked), ("scheduled", s.scheduled),
                                      ("running", s.running),
                                      ("completed", s.completed), ("failed", s.failed),
                                      ("cancelled", s.cancelled)):

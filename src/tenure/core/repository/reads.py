@@ -15,7 +15,7 @@ that nothing holds back (when every one of them is held back, it reports none)."
 
 _ZERO_STATS = ("ready", "scheduled", "running", "running_expired", "failed", "oldest_ready_age_seconds",
                "oldest_running_age_seconds", "heartbeat_lag_max_seconds", "heartbeat_lag_p95_seconds",
-               "live_workers", "redelivered", "reaped_total", "in_flight", "cancelled")
+               "live_workers", "redelivered", "reaped_total", "in_flight", "cancelled", "waiting")
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,9 @@ class QueueStats:
     max_running: int | None = None
     """Global cap on running jobs across all workers (`tenure queues limit`), None: none."""
     cancelled: int = 0
+    waiting: int = 0
+    """Workflow steps whose deps have not all completed (docs/workflows.md): not runnable yet, so
+    not in ``ready``; the write that completes their last dep makes them pending."""
     blocked: int = 0
     """Runnable jobs flow control holds back, whatever the reason (the sum of the three
     ``blocked_*``); they are not in ``ready`` (docs/flow.md), so a scaler reading ``ready``

@@ -66,6 +66,8 @@ CREATE TABLE batches (
     finished_at    timestamptz
 );
 CREATE INDEX jobs_workflow_idx ON jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
+-- Waiting steps per queue (`tenure stats`, the exporter's tenure_queue_jobs{state="waiting"}).
+CREATE INDEX jobs_waiting_idx ON jobs (queue_name) WHERE status = 'waiting';
 CREATE INDEX job_history_workflow_idx ON job_history (workflow_id, id) WHERE workflow_id IS NOT NULL;
 CREATE INDEX jobs_batch_idx ON jobs (batch_id, status) WHERE batch_id IS NOT NULL;
 CREATE INDEX job_history_batch_idx ON job_history (batch_id) WHERE batch_id IS NOT NULL;

@@ -66,11 +66,15 @@ WITH pending AS (
     SELECT queue_name, count(*) AS cancelled FROM {schema}.jobs
     WHERE cancelled_at IS NOT NULL AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
     GROUP BY queue_name
+), waiting AS (
+    SELECT queue_name, count(*) AS waiting FROM {schema}.jobs
+    WHERE status = 'waiting' AND (%(queue)s::text IS NULL OR queue_name = %(queue)s::text)
+    GROUP BY queue_name
 ), queues AS (
     SELECT queue_name FROM pending UNION SELECT queue_name FROM running
     UNION SELECT queue_name FROM failed UNION SELECT queue_name FROM live
     UNION SELECT queue_name FROM reaped UNION SELECT queue_name FROM ctl
-    UNION SELECT queue_name FROM cancelled
+    UNION SELECT queue_name FROM cancelled UNION SELECT queue_name FROM waiting
 )
 SELECT q.queue_name AS queue,
        coalesce(p.ready, 0)::bigint AS ready, coalesce(p.scheduled, 0)::bigint AS scheduled,
@@ -85,7 +89,8 @@ SELECT q.queue_name AS queue,
        (coalesce(p.redelivered, 0) + coalesce(r.redelivered, 0))::bigint AS redelivered,
        coalesce(rp.reaped, 0)::bigint AS reaped_total,
        coalesce(c.paused, false) AS paused, c.max_running,
-       coalesce(cx.cancelled, 0)::bigint AS cancelled
+       coalesce(cx.cancelled, 0)::bigint AS cancelled,
+       coalesce(wt.waiting, 0)::bigint AS waiting
 FROM queues q
 LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
@@ -94,6 +99,7 @@ LEFT JOIN live l USING (queue_name)
 LEFT JOIN reaped rp USING (queue_name)
 LEFT JOIN ctl c USING (queue_name)
 LEFT JOIN cancelled cx USING (queue_name)
+LEFT JOIN waiting wt USING (queue_name)
 WHERE %(queue)s::text IS NULL OR q.queue_name = %(queue)s::text
 ORDER BY q.queue_name;
 
