@@ -23,6 +23,7 @@ import tenure.flow
 from support.processes import run_cli, wait_for
 from tenure.core.repository import JobSpec, Repository
 from ui_server import StrippingProxy, ui_process
+from workflow_seed import seed_workflow
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -32,7 +33,8 @@ WORKER = ["worker", "--app", "acceptance_tasks:app", "--lease", str(LEASE), "--h
           "--grace", str(GRACE), "--poll-interval", "0.1", "--concurrency", "2"]
 REAPER = ["reaper", "--interval", "0.2", "--grace", str(GRACE), "--heartbeat", str(HEARTBEAT),
           "--backoff-base", "0", "--backoff-max", "0"]
-PAGES = {"overview": "/", "flow": "/flow", "jobs": "/jobs", "dlq": "/dlq", "periodic": "/periodic", "workers": "/workers"}
+PAGES = {"overview": "/", "flow": "/flow", "jobs": "/jobs", "workflows": "/workflows", "dlq": "/dlq",
+         "periodic": "/periodic", "workers": "/workers"}
 
 
 def chromium_path() -> str:
@@ -379,6 +381,29 @@ def _flow_settings(repo: Repository) -> None:
     tenure.flow.set_key_weight(repo.conn, "emails", "tenant:acme", 3, schema=schema, requested_by="ui:ada")
     tenure.flow.set_rate_limit(repo.conn, "smtp", 20, burst=40, schema=schema, requested_by="cli:ops@node-a")
     tenure.flow.set_rate_limit(repo.conn, "partner-api", 0.5, per_key=True, schema=schema, requested_by="ui:ada")
+
+
+def test_a_workflow_page_draws_every_step_and_links_steps_and_jobs(repo: Repository, cli_env: dict[str, str],
+                                                                   tmp_path: Path, watched: Callable[..., Watched]) -> None:
+    """A diamond and a fan-out of 8 in every status: one node per step with its job's status; a
+    node opens the step's job page, whose workflow link leads back."""
+    wid, ids = seed_workflow(repo)
+    with ui_process(cli_env, tmp_path / "ui.log") as url:
+        w = watched()
+        w.page.goto(f"{url}/workflows/{wid}")
+        w.page.wait_for_selector("[data-workflow-graph] svg a[data-step-id]")
+        nodes = w.page.locator("[data-workflow-graph] a[data-step-id]")
+        drawn = {int(nodes.nth(i).get_attribute("data-step-id")): nodes.nth(i).get_attribute("data-status")
+                 for i in range(nodes.count())}
+        assert drawn == {i: repo.get_job(i)["status"] for i in ids.values()}  # type: ignore[index]
+        w.page.screenshot(path=str(shots_dir(tmp_path) / "workflow.png"), full_page=True)
+        w.page.click(f"[data-workflow-graph] a[data-step-id='{ids['load']}']")
+        w.page.wait_for_selector("[data-workflow-link]")
+        assert w.page.url.endswith(f"/jobs/{ids['load']}")
+        w.page.click("[data-workflow-link]")
+        w.page.wait_for_selector("[data-workflow-graph] svg")
+        assert w.page.url.endswith(f"/workflows/{wid}")
+        assert not w.errors and not w.failed, (w.errors, w.failed)
 
 
 def test_screenshots_of_every_page(repo: Repository, cli_env: dict[str, str], tmp_path: Path,

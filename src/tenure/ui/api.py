@@ -24,6 +24,7 @@ from tenure.core.redaction import Redaction
 from tenure.core.repository import JobFilter
 from tenure.job_document import job_document
 from tenure.ui import charts as chart_svg
+from tenure.ui import dag
 from tenure.ui import series as chart_series
 from tenure.ui.auth import Identity
 from tenure.ui.config import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, REPLAY_RATE_DEFAULT, REPLAY_RATE_MAX
@@ -167,6 +168,9 @@ def job(call: Call) -> dict[str, Any]:
         document = job_document(conn, job_id, schema=call.schema)
     if document is None:
         raise ApiError(404, f"no job {job_id}")
+    if document["job"].get("workflow_id") is not None:
+        with call.service.repo() as repo:
+            document["workflow"] = repo.workflow_step_get(job_id)
     return document
 
 
@@ -251,10 +255,42 @@ def workers(call: Call) -> dict[str, Any]:
     return {"workers": rows}
 
 
+def workflows(call: Call) -> dict[str, Any]:
+    """Workflows newest first (``?limit=&cursor=``), each with its steps counted by status."""
+    unknown = sorted(set(call.query) - set(PAGING))
+    if unknown:
+        raise ApiError(400, f"unknown parameter {unknown[0]!r} (known: cursor, limit)")
+    limit = parse_limit(call.query.get("limit"), PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX)
+    cursor = parse_cursor(call.query.get("cursor"))
+    with call.service.repo() as repo:
+        rows = repo.workflow_list(limit=limit + 1, before_id=cursor)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {"workflows": rows, "next_cursor": str(rows[-1]["id"]) if more and rows else None}
+
+
+def workflow(call: Call) -> dict[str, Any]:
+    """One workflow: its header, ``by_status``, its steps (status, deps, output...) and
+    ``graph``, the DAG as SVG text (:mod:`tenure.ui.dag`), which the workflow page shows."""
+    workflow_id = _id(call, "workflow")
+    with call.service.repo() as repo:
+        shown = repo.workflow_show(workflow_id)
+    if shown is None:
+        raise ApiError(404, f"no workflow {workflow_id}")
+    by_status: dict[str, int] = {}
+    for step in shown["steps"]:
+        by_status[step["status"]] = by_status.get(step["status"], 0) + 1
+    return {**shown, "by_status": by_status, "graph": dag.render(dag.steps_of(shown["steps"]))}
+
+
 def _job_id(call: Call) -> int:
+    return _id(call, "job")
+
+
+def _id(call: Call, what: str) -> int:
     text = call.path.get("id", "")
     if not text.isdigit() or not 0 < int(text) < 2**63:
-        raise ApiError(400, f"invalid job id {text!r}")
+        raise ApiError(400, f"invalid {what} id {text!r}")
     return int(text)
 
 
@@ -305,6 +341,8 @@ ROUTES: list[tuple[str, str, Handler, bool]] = [
     ("POST", "dlq/replay", dlq_replay, True),
     ("GET", "periodic", periodic, False),
     ("GET", "workers", workers, False),
+    ("GET", "workflows", workflows, False),
+    ("GET", "workflows/{id}", workflow, False),
 ]
 """(method, path under api/v1/, handler, mutates). ``GET events`` is the app's (a stream)."""
 

@@ -53,7 +53,7 @@ DRAIN_RETRY_MS = 1000
 """The reconnection delay an event stream ends with when the server drains (its ``retry:`` field)."""
 _FORWARDED_PREFIX = re.compile(r"^(/[A-Za-z0-9._~-]+)+/?$")
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "flow.js": "text/javascript; charset=utf-8",
-          "app.css": "text/css; charset=utf-8"}
+          "workflows.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 
 
 class PrefixMiddleware:
@@ -221,7 +221,7 @@ def _page(name: str) -> Callable[[Request], Awaitable[Response]]:
                                 headers=headers)
         job_id = request.path_params.get("id")
         if job_id is not None and (not job_id.isdigit() or int(job_id) < 1):
-            return HTMLResponse(pages.error_page(_prefix(request), f"invalid job id {job_id!r}"), status_code=404)
+            return HTMLResponse(pages.error_page(_prefix(request), f"invalid {name} id {job_id!r}"), status_code=404)
         queue = request.path_params.get("name")
         return HTMLResponse(pages.render(name, prefix=_prefix(request), identity=identity,
                                          csrf=service.auth.csrf_token(identity), job_id=job_id, queue=queue),

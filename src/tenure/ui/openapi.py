@@ -116,6 +116,10 @@ def document(prefix: str) -> dict[str, Any]:
         **_flow_paths(),
         "/periodic": {"get": _op("periodic schedules: cron, timezone, last and next slot, skipped slots")},
         "/workers": {"get": _op("workers from the registry: heartbeat age, held jobs")},
+        "/workflows": {"get": _op("one page of workflows, newest first: {workflows: [{id, name, steps, by_status, "
+                                  "finished, ...}], next_cursor}", params=paging)},
+        "/workflows/{id}": {"get": _op("one workflow: header, by_status, steps (status, deps, output...) and graph, "
+                                       "the DAG as SVG text; 404 for an unknown id", params=[_path("id")])},
         "/events": {"get": {"summary": "server-sent events: `change` with new_jobs [first, last] and changed_jobs ids",
                             "responses": {"200": {"description": "text/event-stream",
                                                   "content": {"text/event-stream": {}}}}}},

@@ -12,22 +12,24 @@ from tenure.core.version import __version__
 from tenure.ui.auth import Identity
 
 PAGES = {"overview": "/", "queue": "/queues/{name}", "flow": "/flow", "jobs": "/jobs", "job": "/jobs/{id}",
-         "dlq": "/dlq", "periodic": "/periodic", "workers": "/workers"}
+         "dlq": "/dlq", "periodic": "/periodic", "workers": "/workers", "workflows": "/workflows",
+         "workflow": "/workflows/{id}"}
 """Page name -> path below the prefix."""
 TITLES = {"overview": "Queues", "queue": "Queue", "flow": "Flow", "jobs": "Jobs", "job": "Job", "dlq": "Dead letters",
-          "periodic": "Periodic", "workers": "Workers"}
+          "periodic": "Periodic", "workers": "Workers", "workflows": "Workflows", "workflow": "Workflow"}
 CURRENT = ' aria-current="page"'
-NAV = ("overview", "flow", "jobs", "dlq", "periodic", "workers")
+NAV = ("overview", "flow", "jobs", "workflows", "dlq", "periodic", "workers")
 CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"
 
 
 def render(name: str, *, prefix: str, identity: Identity, csrf: str, job_id: str | None = None,
            queue: str | None = None) -> str:
     p = escape(prefix, quote=True)
-    current = "jobs" if name == "job" else "overview" if name == "queue" else name
+    current = {"job": "jobs", "queue": "overview", "workflow": "workflows"}.get(name, name)
     links = "".join(f'<a href="{p}{PAGES[n]}" data-nav="{n}"{CURRENT if n == current else ""}>{TITLES[n]}</a>'
                     for n in NAV)
-    title = f"Job {escape(job_id)}" if name == "job" and job_id else TITLES[name]
+    title = f"{TITLES[name]} {escape(job_id)}" if name in ("job", "workflow") and job_id else TITLES[name]
+    id_attr = f' data-{name}="{escape(job_id)}"' if job_id else ""
     if name == "queue" and queue is not None:
         title = f"Queue {escape(queue)}"
     mode = "" if identity.can_write else '<span class="badge" data-read-only>read-only</span>'
@@ -48,7 +50,7 @@ def render(name: str, *, prefix: str, identity: Identity, csrf: str, job_id: str
 <nav>{links}</nav>
 <span class="who">{escape(identity.user)} · {escape(identity.role)} {mode}</span>
 </header>
-<main data-page="{name}"{f' data-job="{escape(job_id)}"' if job_id else ""}{f' data-queue="{escape(queue, quote=True)}"' if queue is not None else ""}>
+<main data-page="{name}"{id_attr}{f' data-queue="{escape(queue, quote=True)}"' if queue is not None else ""}>
 <h1>{title}</h1>
 <div id="content" aria-live="polite"><p class="muted">Loading…</p></div>
 </main>

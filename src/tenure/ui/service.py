@@ -21,6 +21,7 @@ from tenure.core.repository import (
     Repository,
     SchemaStore,
     SeriesStore,
+    WorkflowStore,
 )
 from tenure.core.service import ListenLoop
 from tenure.ui.auth import Authenticator, load_users
@@ -29,10 +30,11 @@ from tenure.ui.config import UiConfig
 log = logging.getLogger("tenure.ui")
 
 
-class UiStore(SchemaStore, BrowseStore, ReadStore, ControlStore, RegistryStore, SeriesStore, Protocol):
+class UiStore(SchemaStore, BrowseStore, ReadStore, ControlStore, RegistryStore, SeriesStore, WorkflowStore,
+              Protocol):
     """What `tenure ui`'s requests read on a pooled connection: the job browser (browse area),
     queue figures and running jobs (reads), queue controls (control), workers (registry), the
-    charts' series (series); the schema check at open. Its writes go through :mod:`tenure.control`."""
+    charts' series (series), workflows and their steps (workflows); the schema check at open. Its writes go through :mod:`tenure.control`."""
 SUBSCRIBER_BACKLOG = 100
 """Changes queued per event stream; a client that falls further behind gets a ``resync``."""
 END = None

@@ -7,6 +7,8 @@
 // Charts (the queues page and each queue's page): figure[data-chart] (throughput, failures, wait,
 // depth) holding the server's SVG, with data-total; the window is select[data-window].
 // The Flow page (flow.js) has its own hooks: data-flow-queue, data-flow-key, data-rate-limit, data-flow-form.
+// A job that is a workflow step links to its workflow: a[data-workflow-link=ID]; the workflow pages
+// (workflows.js) have their own hooks: data-workflow, data-workflow-graph, data-step-id.
 
 const body = document.body.dataset;
 const PREFIX = body.prefix || "";
@@ -17,7 +19,7 @@ export const content = document.getElementById("content");
 const PAGE = main ? main.dataset.page : "error";
 const FILTERS = ["id", "queue", "status", "task", "priority_min", "priority_max", "created_since",
   "finished_since", "idempotency_key", "payload", "flow_key"];
-const STATUSES = ["", "pending", "running", "completed", "failed", "cancelled"];
+const STATUSES = ["", "waiting", "pending", "running", "completed", "failed", "cancelled"];
 
 // ---------- small helpers ----------
 export function el(tag, attrs = {}, ...children) {
@@ -496,7 +498,9 @@ async function jobDetail() {
       el("td", { title: e.lock_token || "" }, short(e.lock_token)), el("td", {}, e.worker_id || "–"), el("td", {}, e.reason || ""),
       el("td", { class: "wrap" }, e.detail ? el("code", {}, JSON.stringify(e.detail)) : "")));
     holder.replaceChildren(
-      el("div", { class: "toolbar" }, actions, link(`/jobs?queue=${encodeURIComponent(j.queue_name)}`, `more in ${j.queue_name}`)),
+      el("div", { class: "toolbar" }, actions, link(`/jobs?queue=${encodeURIComponent(j.queue_name)}`, `more in ${j.queue_name}`),
+        doc.workflow ? link(`/workflows/${doc.workflow.workflow_id}`, `workflow ${doc.workflow.workflow_name}`,
+          { "data-workflow-link": doc.workflow.workflow_id, title: `step ${doc.workflow.name}` }) : null),
       el("dl", { class: "facts", "data-job-id": j.id }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
       section("Payload", el("pre", { "data-payload": true }, JSON.stringify(j.payload, null, 2))),
       section("Attempts", attempts.length ? table(["#", "fence", "token", "worker", "started", "ended", "lease expiry", "last heartbeat", "outcome", "error"], attempts, { "data-table": "attempts" }) : el("p", { class: "muted" }, "Not attempted yet.")),
@@ -546,8 +550,11 @@ async function workersPage() {
 
 // The Flow page lives in flow.js, which imports these helpers from this module.
 const flowPage = async () => (await import("./flow.js")).flowPage();
+// The workflow pages live in workflows.js.
+const workflowsPage = async () => (await import("./workflows.js")).workflowsPage();
+const workflowPage = async () => (await import("./workflows.js")).workflowPage();
 const PAGES = { overview, queue: queuePage, flow: flowPage, jobs, dlq: jobs, job: jobDetail, periodic: periodicPage,
-  workers: workersPage };
+  workers: workersPage, workflows: workflowsPage, workflow: workflowPage };
 
 (async () => {
   const page = PAGES[PAGE];
