@@ -97,6 +97,10 @@ def test_a_dead_dep_cancels_downstream_unless_ignored_and_a_replay_resumes(conn:
     assert cancel["reason"] == "dependency_failed"
     assert _events(repo, ids["load"], "cancelled")[0]["reason"] == "dependency_cancelled"
     # Replaying the dead step puts its dependents back to waiting; the workflow then completes.
+    # Retrying a step its dead dep cancelled puts it back to waiting, not to pending: it never
+    # runs before its deps.
+    assert repo.retry_jobs([ids["transform"]], "test") == [ids["transform"]]
+    assert _status(repo, ids["transform"]) == "waiting"
     _replay(repo, ids["extract"])
     assert _status(repo, ids["transform"]) == "waiting" and _status(repo, ids["load"]) == "waiting"
     for _ in range(4):

@@ -1097,6 +1097,8 @@ CREATE TRIGGER job_history_completed_settle AFTER INSERT ON job_history
 -- batch whose status changed reach the function (the trigger's WHEN), so other writes pay nothing.
 CREATE OR REPLACE FUNCTION workflow_job_changed() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+    reopened_edges integer;
 BEGIN
     IF NEW.status IN ('failed', 'cancelled') THEN
         IF NEW.workflow_id IS NOT NULL THEN
@@ -1107,6 +1109,22 @@ BEGIN
         END IF;
     ELSIF OLD.status IN ('failed', 'cancelled') THEN
         IF NEW.workflow_id IS NOT NULL THEN
+            -- A step put back (a replay, a retry) waits again for deps that have not completed:
+            -- it never runs before them, even when it was cancelled because one of them failed.
+            WITH reopened AS (
+                UPDATE workflow_deps d SET settled = NULL
+                FROM workflow_steps s
+                WHERE d.job_id = NEW.id AND s.job_id = NEW.id
+                  AND ((d.settled = 'failed' AND NOT s.ignore_failed)
+                       OR (d.settled = 'cancelled' AND NOT s.ignore_cancelled))
+                RETURNING d.job_id
+            )
+            SELECT count(*) INTO reopened_edges FROM reopened;
+            IF NEW.status = 'pending' AND (reopened_edges > 0 OR EXISTS (
+                    SELECT 1 FROM workflow_deps d WHERE d.job_id = NEW.id AND d.settled IS NULL)) THEN
+                UPDATE jobs SET status = 'waiting', updated_at = now() WHERE id = NEW.id;
+                UPDATE workflow_steps SET cancel_reason = NULL WHERE job_id = NEW.id;
+            END IF;
             PERFORM workflow_resume(ARRAY[NEW.id]);
         END IF;
         -- The batch is unfinished again; a callback already enqueued is not enqueued twice.
