@@ -1,5 +1,5 @@
 """The short chaos run CI executes: fixed seed, real processes, every fault kind, all invariants,
-flow keys under a per-key limit and a rate limit.
+flow keys under a per-key limit and a rate limit, and (by default) workflows, batches and unique jobs.
 
 Runs `tenure chaos` as a subprocess (the same command users run) on its own embedded PostgreSQL,
 so the PostgreSQL restart fault is exercised too. Fails on any violated invariant, and also when
@@ -99,5 +99,12 @@ def test_short_chaos_run_holds_every_invariant(tmp_path: Path) -> None:
     # ...and every key with a runnable job and room was served within the bound (keys_served above).
     keys = figures["keys_served"]
     assert keys["keys"] == 6 and keys["waits"] >= 100 and keys["wait_seconds"]["max"] <= keys["bound_seconds"], keys
+    # Issue 39: the default 8 workflows, 4 batches and unique jobs over 5 keys ran under the same
+    # faults (their five invariants held above): steps were released and completed, every batch
+    # fired finished (and one with a dead letter exhausted), and the keys were contended.
+    wf, batches, unique = figures["workflows"], figures["batches"], figures["unique"]
+    assert wf["workflows"] >= 8 and wf["released_events"] >= 1 and wf["by_status"].get("completed", 0) >= 1, wf
+    assert batches["fired"].get("finished") == batches["batches"] >= 4 and batches["fired"].get("exhausted"), batches
+    assert unique["samples_holding_a_key"] >= 1 and unique["unique_enqueues"] > unique["unique_created"] >= 5, unique
     offsets = report["clock_skew"]["observed_offsets_by_pid"].values()
     assert any(o > 290 for o in offsets) and any(o < -290 for o in offsets), report["clock_skew"]

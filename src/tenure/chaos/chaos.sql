@@ -1,7 +1,8 @@
 -- Named queries of the chaos harness (tenure.chaos). Same format as core/sql/queries/*.sql and
 -- loaded with tenure.core.queries.parse_named_queries; run only by tenure/chaos/store.py.
 -- `{schema}` is the quoted schema of the run. The harness keeps its own tables there
--- (chaos_effects, chaos_faults, chaos_fences, chaos_lease_samples, chaos_returns, chaos_capacity_samples) next to
+-- (chaos_effects, chaos_faults, chaos_fences, chaos_lease_samples, chaos_returns, chaos_capacity_samples,
+-- chaos_flow_samples, chaos_unique_samples) next to
 -- tenure's; every time is the DB clock.
 
 -- name: chaos_setup
@@ -69,6 +70,13 @@ CREATE TABLE IF NOT EXISTS {schema}.chaos_flow_samples (
     flow_key     text        NOT NULL,
     running      integer     NOT NULL,
     live         integer     NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {schema}.chaos_unique_samples (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sampled_at   timestamptz NOT NULL,
+    keys_held    integer     NOT NULL,
+    max_holders  integer     NOT NULL,
+    unique_key   text
 );
 
 -- name: chaos_schema_drop
@@ -389,3 +397,74 @@ RETURNING applied;
 -- Every ledger fact, oldest first, for the end-of-run checks.
 SELECT kind, job_n, job_id, lock_token::text AS lock_token, idem_key, applied, pid, at
 FROM {schema}.chaos_ledger ORDER BY id;
+
+-- name: chaos_unique_sample
+-- One snapshot of the unique keys held by pending or running jobs: how many, and the most holders one key has (unique_keys_held_once).
+INSERT INTO {schema}.chaos_unique_samples (sampled_at, keys_held, max_holders, unique_key)
+SELECT now(), count(*)::int, coalesce(max(n), 0)::int, (array_agg(unique_key ORDER BY n DESC))[1]
+FROM (SELECT unique_key, count(*) AS n FROM {schema}.jobs
+      WHERE status IN ('pending', 'running') AND unique_key IS NOT NULL GROUP BY unique_key) g;
+
+-- name: chaos_unique_samples
+-- Every unique-key sample of the run, oldest first, and the keys held twice at the end (rows with at_end true).
+SELECT extract(epoch FROM sampled_at)::float8 AS sampled_at, keys_held, max_holders, unique_key, false AS at_end
+FROM {schema}.chaos_unique_samples
+UNION ALL
+SELECT extract(epoch FROM clock_timestamp())::float8, 1, count(*)::int, unique_key, true FROM {schema}.jobs
+WHERE status IN ('pending', 'running') AND unique_key IS NOT NULL
+GROUP BY unique_key HAVING count(*) > 1
+ORDER BY at_end, sampled_at;
+
+-- name: chaos_unique_jobs
+-- The unique jobs of the queue by state (figures of unique_keys_held_once).
+SELECT status::text AS status, count(*)::int AS n FROM {schema}.all_jobs
+WHERE queue_name = %(queue)s AND unique_key IS NOT NULL GROUP BY status ORDER BY status;
+
+-- name: chaos_workflow_steps
+-- Every workflow step of the queue: its state, flags, release, cancel reason, completion, deps, and its released and cancelled events (workflow_released_once, workflows_finished).
+SELECT j.id AS job_id, s.workflow_id, s.name, j.status::text AS status, s.ignore_failed, s.ignore_cancelled,
+       s.cancel_reason, extract(epoch FROM s.released_at)::float8 AS released_at,
+       extract(epoch FROM j.completed_at)::float8 AS completed_at,
+       coalesce((SELECT array_agg(d.dep_id ORDER BY d.dep_id) FROM {schema}.workflow_deps d WHERE d.job_id = j.id),
+                '{}'::bigint[]) AS deps,
+       (SELECT count(*) FROM {schema}.job_events e WHERE e.job_id = j.id AND e.event = 'released')::int AS released,
+       (SELECT count(*) FROM {schema}.job_events e WHERE e.job_id = j.id AND e.event = 'resumed')::int AS resumed
+FROM {schema}.workflow_steps s
+JOIN {schema}.all_jobs j ON j.id = s.job_id
+WHERE j.queue_name = %(queue)s
+ORDER BY s.workflow_id, j.id;
+
+-- name: chaos_workflow_attempts
+-- Every attempt start of the queue's workflow steps: from the record that ended it (`detail.started_at`, as in chaos_attempts) and from the job's row (its last or running attempt) (workflow_deps_first).
+SELECT e.job_id, extract(epoch FROM (e.detail ->> 'started_at')::timestamptz)::float8 AS started_at
+FROM {schema}.job_events e JOIN {schema}.workflow_steps s ON s.job_id = e.job_id
+WHERE e.queue_name = %(queue)s AND e.detail ? 'started_at'
+UNION
+SELECT j.id, extract(epoch FROM j.started_at)::float8 FROM {schema}.all_jobs j
+JOIN {schema}.workflow_steps s ON s.job_id = j.id
+WHERE j.queue_name = %(queue)s AND j.started_at IS NOT NULL
+ORDER BY 1, 2;
+
+-- name: chaos_batches
+-- Every batch whose callbacks run on the queue: its callbacks, what fired, whether it finished, and its jobs by state (callbacks_once).
+SELECT b.id, b.callbacks, b.fired, b.finished_at IS NOT NULL AS finished,
+       count(a.id)::int AS total,
+       (count(*) FILTER (WHERE a.status = 'completed'))::int AS completed,
+       (count(*) FILTER (WHERE a.status = 'failed'))::int AS failed,
+       (count(*) FILTER (WHERE a.status = 'cancelled'))::int AS cancelled,
+       (count(*) FILTER (WHERE a.status IN ('waiting', 'pending', 'running')))::int AS unfinished
+FROM {schema}.batches b
+LEFT JOIN {schema}.all_jobs a ON a.batch_id = b.id
+WHERE b.callback_queue = %(queue)s
+GROUP BY b.id ORDER BY b.id;
+
+-- name: chaos_batch_callbacks
+-- Every batch callback enqueued on the queue (by its batch_callback_enqueued event): its batch, kind, how often that event and a completion were recorded for it, and its state (callbacks_once).
+SELECT (e.detail ->> 'batch_id')::bigint AS batch_id, e.reason AS kind, e.job_id,
+       count(*) OVER (PARTITION BY e.job_id)::int AS enqueued,
+       (SELECT count(*) FROM {schema}.job_events c WHERE c.job_id = e.job_id AND c.event = 'completed')::int
+           AS completions,
+       (SELECT a.status::text FROM {schema}.all_jobs a WHERE a.id = e.job_id) AS status
+FROM {schema}.job_events e
+WHERE e.queue_name = %(queue)s AND e.event = 'batch_callback_enqueued'
+ORDER BY e.id;

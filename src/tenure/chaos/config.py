@@ -35,6 +35,12 @@ FLOW_KEYS_DEFAULT = 6
 """Flow keys the run's jobs are spread over (job n gets key n mod this; issue 38)."""
 PER_KEY_RUNNING_DEFAULT = 2
 """The run queue's running limit per flow key: 6 keys x 2 = the default fleet's 12 handler slots."""
+WORKFLOWS_DEFAULT = 8
+"""Random workflows (DAGs of 3-20 steps) enqueued over the first half of production (issue 39)."""
+BATCHES_DEFAULT = 4
+"""Batches of 3-10 jobs with all three callbacks, enqueued over the first half of production."""
+UNIQUE_KEYS_DEFAULT = 5
+"""Keys the unique jobs (``tenure.Unique(by=["k"])``) race over."""
 RATE_LIMIT_NAME = "chaos-rate"
 """The rate limit every job of the run names when ``rate_per_second`` is set (one shared bucket)."""
 POLL_INTERVAL = 0.2
@@ -115,6 +121,12 @@ class ChaosConfig:
     ``rate_within_limit``."""
     rate_burst: int | None = None
     """The rate limit's burst (None: one second's tokens, at least 1)."""
+    workflows: int = WORKFLOWS_DEFAULT
+    """Random workflows enqueued on ``WF_QUEUE`` (0: none); checked by the workflow invariants."""
+    batches: int = BATCHES_DEFAULT
+    """Batches with all three callbacks enqueued on ``WF_QUEUE`` (0: none); checked by ``callbacks_once``."""
+    unique_keys: int = UNIQUE_KEYS_DEFAULT
+    """Keys of the racing unique jobs (0: none); checked by ``unique_keys_held_once``."""
 
     def validate(self) -> None:
         if self.jobs < 1:
@@ -137,6 +149,8 @@ class ChaosConfig:
             raise ConfigError("max lease expiries and max attempts must be >= 1")
         if not 0 <= self.work_ms_min <= self.work_ms_max:
             raise ConfigError("work times must satisfy 0 <= min <= max")
+        if self.workflows < 0 or self.batches < 0 or self.unique_keys < 0:
+            raise ConfigError("workflows, batches and unique keys must be >= 0")
         if self.flow_keys < 0 or self.per_key_running < 0:
             raise ConfigError("flow keys and the per-key running limit must be >= 0")
         if self.rate_per_second:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from tenure.chaos import QUEUE
+from tenure.chaos import QUEUE, WF_QUEUE
 from tenure.chaos.config import POLL_INTERVAL, ChaosConfig
 from tenure.chaos.journal import Journal
 from tenure.chaos.store import ChaosStore
@@ -95,7 +95,7 @@ class Fleet:
     def _command(self, role: Role) -> list[str]:
         c = self.config
         if role == "worker":
-            args = ["worker", "--app", "tenure.chaos.tasks:app", "--queue", QUEUE,
+            args = ["worker", "--app", "tenure.chaos.tasks:app", "--queue", QUEUE, "--queue", WF_QUEUE,
                     "--concurrency", str(c.concurrency), "--lease", str(c.lease), "--heartbeat", str(c.heartbeat),
                     "--grace", str(c.grace), "--max-lease-total", str(c.max_lease_total),
                     "--poll-interval", str(POLL_INTERVAL), "--drain-timeout", "2"]

@@ -3,7 +3,9 @@
 One run: migrate a fresh schema, start ``workers`` worker processes (``tenure worker --app
 tenure.chaos.tasks:app``; worker 0 reaches the database through :class:`TcpProxy`, workers 1
 and 2 run with their wall clocks skewed by ``+skew``/``-skew`` seconds), ``reapers`` reaper
-processes, and a producer thread that spreads ``jobs`` jobs over ``duration`` seconds. Faults,
+processes, and a producer thread that spreads ``jobs`` jobs over ``duration`` seconds; a second
+one enqueues ``workflows`` random workflows, ``batches`` batches with callbacks and racing unique
+jobs over ``unique_keys`` keys on ``WF_QUEUE`` during the first half (issue 39). Faults,
 chosen by ``seed``:
 
 - job-level markers in the payload (kill -9 before the effect, after the effect and before the
@@ -20,7 +22,8 @@ chosen by ``seed``:
 
 A worker that dies is replaced at once (a Deployment would); a worker holding two hung handlers
 is restarted gracefully (a liveness probe would). When every job is terminal, everything is
-stopped and the invariants of :mod:`tenure.chaos.invariants` are checked from the database.
+stopped and the invariants of :mod:`tenure.chaos.invariants` (and ``invariants_control``,
+``invariants_flow``, ``invariants_workflow``) are checked from the database.
 
 Limits: one host (signals, loopback proxy); the proxy partitions one worker, not the reapers;
 a PostgreSQL restart needs the harness's own embedded server; clock skew uses libfaketime when
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 import tempfile
 import threading
@@ -44,16 +48,17 @@ from typing import Any
 
 import psycopg
 
-from tenure.chaos import QUEUE, TIMED_TASK
+from tenure.chaos import QUEUE, TIMED_TASK, WF_QUEUE
 from tenure.chaos.config import POLL_INTERVAL, RATE_LIMIT_NAME, ChaosConfig
 from tenure.chaos.faults import FaultPlan, Injector, make_plan, skew_for, skew_method, upstream, worker_env
 from tenure.chaos.fleet import Fleet
 from tenure.chaos.invariants import Verdict, check_all
 from tenure.chaos.invariants_control import check_job_control
 from tenure.chaos.invariants_flow import RateLimit, Service, check_flow, check_keys_served, check_rate
+from tenure.chaos.invariants_workflow import cancelled_by_fault, check_callbacks, check_unique, check_workflows
 from tenure.chaos.journal import Journal
 from tenure.chaos.loop import Cadence, Hooks, Progress, run_until_settled
-from tenure.chaos.producer import Pace, Producer
+from tenure.chaos.producer import ExtrasProducer, Pace, Producer, plan_extras
 from tenure.chaos.proxy import TcpProxy
 from tenure.chaos.store import ChaosStore
 from tenure.core.db import connect
@@ -172,6 +177,14 @@ class ChaosHarness:
                     retry_on=psycopg.OperationalError, retry_wait=0.5, batch_max=BATCH_MAX)
         return Producer(self.dsn, self.schema, pace=pace, job=job, stop=self._stop)
 
+    def _extras(self) -> ExtrasProducer:
+        """The workflows, batches and unique bursts (issue 39), due over the first half of production,
+        drawn from a generator seeded by the run's RNG (after the fault plan)."""
+        c = self.config
+        extras = plan_extras(workflows=c.workflows, batches=c.batches, unique_keys=c.unique_keys, span=c.duration / 2,
+                             work_ms=(c.work_ms_min, c.work_ms_max), rng=random.Random(self.rng.getrandbits(64)))
+        return ExtrasProducer(self.dsn, self.schema, extras=extras, stop=self._stop)
+
     def run_once(self) -> ChaosReport:
         """One full run; always stops every process it started."""
         c = self.config
@@ -190,28 +203,31 @@ class ChaosHarness:
                     self.journal.record("clock_skew", None, self.journal.db_time(), skew_seconds=skew_for(c, slot),
                                         slot=slot, method=method)
             producer = self._producer(plan)
+            extras = self._extras()
             injector = Injector(c, plan, journal=self.journal, fleet=fleet, rng=self.rng, dsn=self.dsn,
                                 schema=self.schema, server=self.server, proxy=self.proxy, control_dir=self._control)
             producer.start()
+            extras.start()
             run_until_settled(fleet=fleet, journal=self.journal, cadence=CADENCE,
-                              hooks=self._hooks(producer, injector, fleet), settle_timeout=c.settle_timeout,
+                              hooks=self._hooks(producer, extras, injector, fleet), settle_timeout=c.settle_timeout,
                               prefix="chaos")
         finally:
             self._stop.set()
             self._shutdown(fleet)
         run_end = self.journal.db_time()
-        report = self._verify(run_end, time.monotonic() - began, method)
+        report = self._verify(run_end, time.monotonic() - began, method, extras.counts)
         self._cleanup()
         return report
 
-    def _hooks(self, producer: Producer, injector: Injector, fleet: Fleet) -> Hooks:
+    def _hooks(self, producer: Producer, extras: ExtrasProducer, injector: Injector, fleet: Fleet) -> Hooks:
         c = self.config
         next_hung = 0.0
 
         def step(now: float) -> None:
             injector.serve_restart_requests()
-            if producer.error is not None:
-                raise RuntimeError(f"producer failed: {producer.error}") from producer.error
+            for source in (producer, extras):
+                if source.error is not None:
+                    raise RuntimeError(f"producer failed: {source.error}") from source.error
             injector.step(now, producer.enqueued)
 
         def recycle(store: ChaosStore, now: float) -> None:
@@ -219,13 +235,22 @@ class ChaosHarness:
             if now >= next_hung:
                 fleet.recycle_hung(store)
                 next_hung = now + HUNG_CHECK_INTERVAL
+            if c.unique_keys:
+                store.unique_sample()
+
+        def settled(prog: Progress) -> bool:
+            if prog["terminal"] < c.jobs:
+                return False
+            store = self.journal.store()  # the workflow queue too: every step, batch job and callback ended
+            extra = store.progress(WF_QUEUE) if store is not None else None
+            return extra is not None and extra["terminal"] >= extra["total"]
 
         def line(prog: Progress) -> str:
             return (f"chaos: enqueued {producer.enqueued}/{c.jobs}, terminal {prog['terminal']}, "
                     f"running {prog['running']}, pending {prog['pending']}, faults left {injector.left}")
 
-        return Hooks(step=step, quiet=lambda: not producer.is_alive() and injector.finished,
-                     settled=lambda prog: bool(prog["terminal"] >= c.jobs), line=line, every_tick=recycle,
+        return Hooks(step=step, quiet=lambda: not producer.is_alive() and not extras.is_alive() and injector.finished,
+                     settled=settled, line=line, every_tick=recycle,
                      history_locked=lambda: injector.history_locked)
 
     def _shutdown(self, fleet: Fleet) -> None:
@@ -236,7 +261,7 @@ class ChaosHarness:
             self.server.start()
         self.journal.flush()
 
-    def _verify(self, run_end: float, wall: float, skew_method: str) -> ChaosReport:
+    def _verify(self, run_end: float, wall: float, skew_method: str, enqueued: dict[str, int]) -> ChaosReport:
         c = self.config
         store = self.journal.reach("the database to check the invariants", attempts=50, wait=0.2)
         self.journal.flush()
@@ -254,6 +279,12 @@ class ChaosHarness:
                           timeout_jobs=timeout_jobs)
         check_flow(verdict, store.flow_samples(), per_key_running=c.per_key_running if c.flow_keys else 0)
         self._check_rates_and_keys(verdict, store.attempts(QUEUE), faults, run_end)
+        check_workflows(verdict, store.workflow_steps(WF_QUEUE), store.workflow_attempts(WF_QUEUE),
+                        by_fault=cancelled_by_fault(faults))
+        check_callbacks(verdict, store.batches(WF_QUEUE), store.batch_callbacks(WF_QUEUE))
+        check_unique(verdict, store.unique_samples(), jobs=store.unique_jobs(WF_QUEUE),
+                     enqueues={k: v for k, v in enqueued.items() if k.startswith("unique_")})
+        verdict.figures["extras_enqueued"] = dict(sorted(enqueued.items()))
         if self.proxy is not None:
             verdict.figures["proxy_connections_dropped"] = self.proxy.connections_dropped
         skew = {"method": skew_method, "requested_seconds": c.skew,
@@ -315,6 +346,21 @@ def _keys_line(keys: dict[str, Any]) -> str:
             f"{keys.get('max_wait_before_excuses')}s before fault excuses)")
 
 
+def _workflow_line(wf: dict[str, Any]) -> str:
+    return (f"{wf.get('workflows', 0)} workflows, {wf.get('steps', 0)} steps {wf.get('by_status') or {}} / "
+            f"{wf.get('released_events', 0)} / {wf.get('cancelled_by') or {}}")
+
+
+def _batch_line(b: dict[str, Any]) -> str:
+    return (f"{b.get('batches', 0)} batches, {b.get('jobs', 0)} jobs / {b.get('jobs_dead_lettered', 0)} / "
+            f"{b.get('fired') or {}} ({b.get('callbacks_completed', 0)} completed)")
+
+
+def _unique_line(u: dict[str, Any]) -> str:
+    return (f"{u.get('unique_enqueues', 0)} / {u.get('unique_created', 0)} / {u.get('samples', 0)} "
+            f"({u.get('peak_keys_held')}); jobs {u.get('jobs') or {}}")
+
+
 def format_report(report: ChaosReport) -> str:
     """The human-readable table printed at the end of a run."""
     f = report.figures
@@ -350,6 +396,9 @@ def format_report(report: ChaosReport) -> str:
         ("running per flow key: peak (live leases) vs limit", _flow_line(f.get("flow") or {})),
         ("rate limit: peak units started in 1 s vs allowed", _rate_line(f.get("rate") or {})),
         ("key waits with room, p50/p99/max", _keys_line(f.get("keys_served") or {})),
+        ("workflows: steps by status / released / cancelled by", _workflow_line(f.get("workflows") or {})),
+        ("batches: jobs / DLQ / callbacks fired", _batch_line(f.get("batches") or {})),
+        ("unique: enqueues / created / samples (peak keys held)", _unique_line(f.get("unique") or {})),
         ("recovery of killed jobs p50/p99/max", f"{rec.get('p50')} / {rec.get('p99')} / {rec.get('max')} s "
                                                 f"(n={rec.get('n')}, bound {f.get('recovery_bound_seconds')}s)"),
         ("recovery, all faults p50/p99/max", f"{allrec.get('p50')} / {allrec.get('p99')} / {allrec.get('max')} s "

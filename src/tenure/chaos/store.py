@@ -115,6 +115,10 @@ class ChaosStore:
             self._rows("chaos_history_lock")
             yield self.db_now()
 
+    def unique_sample(self) -> None:
+        """One snapshot of the unique keys pending or running jobs hold (``unique_keys_held_once``)."""
+        self._rows("chaos_unique_sample")
+
     def running_by_pid(self) -> dict[int, int]:
         return {int(r["pid"]): int(r["running"]) for r in self._rows("chaos_running_by_pid")}
 
@@ -143,6 +147,26 @@ class ChaosStore:
     def attempts(self, queue: str) -> list[Row]:
         """Every attempt of the queue's jobs by start, and the jobs never claimed (``chaos_attempts``)."""
         return self._rows("chaos_attempts", {"queue": queue})
+
+    # -- read at the end: workflows, batches, unique jobs (issue 39) -------------------------
+    def unique_samples(self) -> list[Row]:
+        """The unique-key samples, then one ``at_end`` row per key held twice now."""
+        return self._rows("chaos_unique_samples")
+
+    def unique_jobs(self, queue: str) -> dict[str, int]:
+        return {str(r["status"]): int(r["n"]) for r in self._rows("chaos_unique_jobs", {"queue": queue})}
+
+    def workflow_steps(self, queue: str) -> list[Row]:
+        return self._rows("chaos_workflow_steps", {"queue": queue})
+
+    def workflow_attempts(self, queue: str) -> list[Row]:
+        return self._rows("chaos_workflow_attempts", {"queue": queue})
+
+    def batches(self, queue: str) -> list[Row]:
+        return self._rows("chaos_batches", {"queue": queue})
+
+    def batch_callbacks(self, queue: str) -> list[Row]:
+        return self._rows("chaos_batch_callbacks", {"queue": queue})
 
     def clock_offsets(self) -> list[Row]:
         return self._rows("chaos_clock_offsets")

@@ -30,6 +30,12 @@ the cluster where the task appends what a failover must not undo (handler starts
 guarded effect's external provider, acknowledged ``eff.succeeded()`` and acknowledged
 completions), so losses on the cluster can be counted afterwards.
 
+``chaos.step`` (issue 39) runs the workflow steps, the batch jobs and the batch callbacks:
+it sleeps the payload's ``work_ms`` (a callback's payload is the batch summary: 100 ms), stores a
+step's output with ``ctx.output``, and dead-letters at once (``PermanentError``) when the payload
+says ``fail``. ``chaos.unique`` (``tenure.Unique(by=["k"])``) sleeps its ``work_ms``. Both run on
+``WF_QUEUE``, so the process-level faults hit them like any job.
+
 ``chaos.validated`` only exists for the bad-input tests: its validator rejects payloads that
 lack an integer ``n``.
 """
@@ -48,12 +54,13 @@ from typing import Any, SupportsIndex
 
 import psycopg
 
-from tenure.chaos import QUEUE, TIMED_TASK, TIMED_TIMEOUT
+from tenure.chaos import QUEUE, STEP_TASK, TIMED_TASK, TIMED_TIMEOUT, UNIQUE_TASK, WF_QUEUE
 from tenure.chaos.store import ChaosStore
 from tenure.core.backoff import RetryPolicy
 from tenure.core.db import connect
-from tenure.core.errors import LeaseLost
+from tenure.core.errors import LeaseLost, PermanentError
 from tenure.core.repository import Repository
+from tenure.core.unique import Unique
 from tenure.worker.app import App
 from tenure.worker.context import JobContext
 
@@ -308,3 +315,24 @@ def _validate_n(payload: Any) -> None:
 @app.task("chaos.validated", validate=_validate_n)
 def chaos_validated(ctx: JobContext) -> None:
     return None
+
+
+CALLBACK_WORK_MS = 100.0
+"""Milliseconds a batch callback (whose payload is the batch's summary) sleeps."""
+UNIQUE_BY = Unique(by=["k"])
+"""The unique jobs' declaration: one job per key ``k`` among pending and running jobs."""
+
+
+@app.task(STEP_TASK, queue=WF_QUEUE)
+def chaos_step(ctx: JobContext) -> None:
+    payload = ctx.payload if isinstance(ctx.payload, dict) else {}
+    time.sleep(float(payload.get("work_ms", CALLBACK_WORK_MS)) / 1000.0)
+    if payload.get("fail"):
+        raise PermanentError("chaos: this step or batch job is planned to fail")
+    if payload.get("step") is not None:
+        ctx.output({"step": payload["step"], "attempt": ctx.attempt})
+
+
+@app.task(UNIQUE_TASK, queue=WF_QUEUE, unique=UNIQUE_BY)
+def chaos_unique(ctx: JobContext) -> None:
+    time.sleep(float(ctx.payload.get("work_ms", CALLBACK_WORK_MS)) / 1000.0)

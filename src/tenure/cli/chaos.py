@@ -42,7 +42,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         gap_restarts=args.gap_restarts, cancels=args.cancels, queue_pauses=args.queue_pauses, timeouts=args.timeouts,
         slow_completions=args.slow_completions, skew=args.skew, recovery_margin=args.recovery_margin, settle_timeout=args.settle_timeout,
         flow_keys=args.flow_keys, per_key_running=args.per_key_running, rate_per_second=args.rate_limit[0],
-        rate_burst=args.rate_limit[1])
+        rate_burst=args.rate_limit[1], workflows=args.workflows, batches=args.batches, unique_keys=args.unique_keys)
     config.validate()
     if args.ha:
         return _cmd_chaos_ha(args, config)
@@ -144,6 +144,14 @@ def register(sub: Any) -> None:
     p.add_argument("--rate-limit", type=rate_limit, default=(0.0, None), metavar="RATE[/BURST]",
                    help="a rate limit every job names: RATE tokens per second, a bucket of BURST (default: one "
                         "second's tokens); checked by rate_within_limit (0: none; default 0)")
+    p.add_argument("--workflows", type=count, default=cfg.WORKFLOWS_DEFAULT,
+                   help="random workflows of 3-20 steps enqueued over the first half of production, checked by "
+                        "the workflow invariants (0: none; default %(default)s)")
+    p.add_argument("--batches", type=count, default=cfg.BATCHES_DEFAULT,
+                   help="batches of 3-10 jobs with all three callbacks, checked by callbacks_once "
+                        "(0: none; default %(default)s)")
+    p.add_argument("--unique-keys", type=count, default=cfg.UNIQUE_KEYS_DEFAULT,
+                   help="keys of racing unique jobs, checked by unique_keys_held_once (0: none; default %(default)s)")
     p.add_argument("--skew", type=duration, default=cfg.SKEW_DEFAULT,
                    help="wall-clock skew of workers 1 (+) and 2 (-), e.g. 5m; 0 disables")
     p.add_argument("--recovery-margin", type=duration, default=cfg.RECOVERY_MARGIN_DEFAULT,
