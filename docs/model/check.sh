@@ -6,7 +6,7 @@
 # unexpected outcome (a correct model that fails, a bug variant that passes, an incomplete
 # search). Needs `spin` (scripts/tools/spin.sh installs it) and a C compiler.
 #
-#   docs/model/check.sh            quick set, 20-40 s, ~0.3 GiB (what CI runs)
+#   docs/model/check.sh            quick set, 30-50 s, ~0.3 GiB (what CI runs)
 #   docs/model/check.sh --deep     adds two jobs and larger fault budgets (~9 min, ~1.5 GiB)
 #   docs/model/check.sh --keep DIR keep the work directory (pan sources, counterexample trails)
 #   docs/model/check.sh --only A,B run only the named checks (names as printed)
@@ -89,8 +89,15 @@ run() {
         if [ "$kind" = safety ] && ! grep -q "assertion violated" "$out"; then outcome="fail(other)"; fi
         if [ "$kind" = liveness ] && ! grep -q "acceptance cycle" "$out"; then outcome="fail(other)"; fi
     fi
-    # non-vacuity: on a passing run every statement of the Worker must be reachable
-    if [ "$outcome" = pass ] && [ "$kind" = safety ] && [ "$expect" = pass ]; then
+    # non-vacuity: on a passing run every statement of the Worker must be reachable; in the
+    # workflow model (wf-*, fault budgets cut) every workflow statement of the Worker: the
+    # edge settle, C's lock, release and cancel, the commit
+    if [ "$outcome" = pass ] && [ "$kind" = safety ] && [ "$expect" = pass ] && [[ "$name" == wf-* ]]; then
+        if awk '/unreached in proctype Worker/{w=1; next} w && /of [0-9]+ states/{exit} w' "$out" \
+                | grep -q 'eout\|ecommitted\|stale\|released\|job\[2\]\|wlock'; then
+            outcome="vacuous"; detail="unreached workflow statements in Worker (see $dir/pan.out)"
+        fi
+    elif [ "$outcome" = pass ] && [ "$kind" = safety ] && [ "$expect" = pass ]; then
         if ! awk '/unreached in proctype Worker/{w=1; next} w && /of [0-9]+ states/{print; exit}' "$out" \
                 | grep -q '^[[:space:]]*(1 of '; then
             outcome="vacuous"; detail="unreached Worker statements (see $dir/pan.out)"
@@ -124,7 +131,23 @@ run flow-liveness            liveness pass "${flow[@]}" -DNREAPERS=1 -DMAX_LOSS=
 run slot-counter             safety   fail "${flow[@]}" -DSLOT_COUNTER -DMAX_LOSS=0 -DMAX_RELEASE=0
 run slot-counter-overrun     safety   fail "${flow[@]}" -DSLOT_COUNTER -DMAX_LOSS=0 -DMAX_RELEASE=0 -DLIMIT_ONLY
 run ungated-claim            safety   fail "${flow[@]}" -DNO_GATE
+# workflow release step (issue 39): parents A and B, step C waiting for both (1 reaper, no
+# lost messages or releases: the stale tokens are a crashed or frozen slot's whose job was reaped)
+wf=(-DWORKFLOW)
+run wf-safety                safety   pass "${wf[@]}"
+run wf-liveness              liveness pass "${wf[@]}" -DMAX_CRASH=0
+run wf-no-waiting-guard      safety   pass "${wf[@]}" -DNO_WAITING_GUARD
+run wf-after-commit          safety   pass "${wf[@]}" -DJUDGE_AFTER_COMMIT
+# ... and the bugs it must catch
+run wf-stale-snapshot        liveness fail "${wf[@]}" -DMAX_CRASH=0 -DSTALE_SNAPSHOT
+run wf-no-token-check        safety   fail "${wf[@]}" -DNO_TOKEN_CHECK -DWF_ONLY
+run wf-released-twice        safety   fail "${wf[@]}" -DJUDGE_AFTER_COMMIT -DNO_WAITING_GUARD
+run wf-after-commit-stall    liveness fail "${wf[@]}" -DJUDGE_AFTER_COMMIT
 if [ "$deep" = 1 ]; then
+    run wf-liveness-crash    liveness pass "${wf[@]}"
+    run wf-safety-loss       safety   pass "${wf[@]}" -DMAX_LOSS=1
+    run wf-safety-release    safety   pass "${wf[@]}" -DMAX_RELEASE=1
+    run wf-safety-two-reapers safety  pass "${wf[@]}" -DNREAPERS=2
     run flow-liveness-wide   liveness pass "${flow[@]}"
     run wide-liveness        liveness pass -DMAX_ATTEMPTS=3 -DMAX_CRASH=2 -DMAX_LOSS=3 -DMAX_RELEASE=2
     run two-jobs-safety      safety   pass -DNJOBS=2

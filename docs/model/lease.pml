@@ -38,9 +38,43 @@
  *   must PASS (alternatives / defence in depth):
  *   -DNO_REAPER_CAS                  the row lock alone still protects the completion
  *   -DREAP_NO_LOCK -DREAP_RECHECK    no row lock, but the reap CAS re-checks the expiry
+ *
+ * Workflow release step (issue 39): -DWORKFLOW gives three jobs: parents A (job 0) and B (job 1)
+ * and a step C (job 2), enqueued `waiting`, that depends on both. The write that ends a parent
+ * (a worker's completion or dead letter, the reaper's dead letter) runs workflow_settle in its
+ * transaction: (1) in the same statement, settle the parent's edge (only while unsettled) and
+ * keep the parent's row locked; (2) lock C's row if C is still waiting (FOR UPDATE, held until
+ * COMMIT); (3) a later statement, with a fresh snapshot, reads both edges (the other parent's
+ * settle only once its transaction committed) and releases C (waiting -> pending) when both
+ * completed, or cancels it when one failed; COMMIT. See the WORKFLOW section below.
+ *   -DWORKFLOW -DSTALE_SNAPSHOT      must FAIL liveness: step (3) reads the other edge as of a
+ *                                    snapshot taken before the lock: C can stall forever
+ *   -DWORKFLOW -DNO_TOKEN_CHECK -DWF_ONLY   must FAIL safety: a stale completion settles its
+ *                                    edge and releases C (WF_ONLY: only the workflow checks)
+ *   -DWORKFLOW -DNO_WAITING_GUARD    must PASS: (2)+(3) without `status = 'waiting'`, the
+ *                                    in-transaction judge still releases C once ...
+ *   ... -DJUDGE_AFTER_COMMIT         ... but FAILS safety (released twice) once the release
+ *                                    check runs in its own transaction after the commit
+ *   -DWORKFLOW -DJUDGE_AFTER_COMMIT  must PASS safety, FAIL liveness (a crash between the
+ *                                    commit and the check strands C)
  */
 
 /* ---- parameters (override with spin -DNAME=value) ---------------------------------- */
+#ifdef WORKFLOW
+#ifdef KEYLIMIT
+#error "WORKFLOW and KEYLIMIT are separate models"
+#endif
+#define NJOBS 3            /* A, B and the step C that waits for both */
+#ifndef NREAPERS
+#define NREAPERS 1
+#endif
+#ifndef MAX_LOSS
+#define MAX_LOSS 0
+#endif
+#ifndef MAX_RELEASE
+#define MAX_RELEASE 0
+#endif
+#endif
 #ifndef NJOBS
 #define NJOBS 1            /* jobs in the queue: 1, 2 or 3 */
 #endif
@@ -78,6 +112,8 @@
 #define RUNNING   1
 #define COMPLETED 2
 #define FAILED    3
+#define CANCELLED 4        /* WORKFLOW: C cancelled by a failed dep (dependency_failed) */
+#define WAITING   5        /* WORKFLOW: C waits for its deps (not claimable, not terminal) */
 
 /* outcome of a write as the worker sees it */
 #define REJECTED 0
@@ -189,7 +225,8 @@ short seen;
     :: REAPABLE(1) -> x = 1 \
     :: REAPABLE(2) -> x = 2 \
     fi
-#define ALL_TERMINAL        (job[0].st >= COMPLETED && job[1].st >= COMPLETED && job[2].st >= COMPLETED)
+#define ALL_TERMINAL        (job[0].st >= COMPLETED && job[1].st >= COMPLETED && job[2].st >= COMPLETED && \
+                             job[2].st != WAITING)
 #define CAN_TICK            (TICKS(0) || TICKS(1) || TICKS(2))
 #endif
 
@@ -275,6 +312,139 @@ short seen;
     }
 #define WRITE(guard, body, on_accept)  WRITE_OR(guard, body, on_accept, skip)
 
+/* ---- workflow release step (issue 39, -DWORKFLOW) ------------------------------------
+ * Jobs 0 (A) and 1 (B) are parents, job 2 (C) is a step enqueued `waiting` with an edge from
+ * each (workflow_deps rows C <- A, C <- B). The write that ends a parent runs workflow_settle
+ * (src/tenure/core/sql/migrations/0018_workflows_batches.sql) in its own transaction:
+ *   (1) WF_SETTLE, in the ending statement itself (after its CAS): the parent's edge gets
+ *       `settled` if still NULL; the parent's row stays locked until COMMIT;
+ *   (2) lock C's row if it is still waiting and its other edge is still open as this
+ *       transaction sees it (FOR UPDATE, held until COMMIT; waits for another transaction's
+ *       lock, then re-checks the status, as READ COMMITTED does); with the other edge settled
+ *       and committed nobody else can settle an edge of C, and the judge's UPDATE locks it;
+ *   (3) a later statement (fresh snapshot) reads both edges, its own settle and the other
+ *       parent's only if committed, and moves C if still waiting: to `pending` (released) when
+ *       both completed, to `cancelled` when one failed; then COMMIT.
+ * A refused (stale) completion changes no row, so no trigger fires: it settles nothing.
+ */
+#ifdef WORKFLOW
+#define CJOB 2
+byte eout[2];          /* workflow_deps.settled of edge p: 0 = NULL, COMPLETED or FAILED ... */
+bool ecommitted[2];    /* ... and whether that write committed (visible to other statements) */
+bool stale[2];         /* ghost: edge p settled by a completion that did not hold the current token */
+byte released;         /* ghost: C's releases (waiting -> pending) */
+
+/* edge q as a statement of another transaction sees it */
+#define COMMITTED_EDGE(q)  (ecommitted[q] -> eout[q] : 0)
+
+#ifdef NO_WAITING_GUARD
+#define C_JUDGED  true                       /* BUG: lock and UPDATE without status = 'waiting' */
+#else
+#define C_JUDGED  (job[CJOB].st == WAITING)
+#endif
+
+#ifdef WF_ONLY
+#define WF_WRITE_OK(j, t)     skip           /* only the workflow properties are checked */
+#define WF_ONE_COMPLETION(j)  skip
+#else
+#define WF_WRITE_OK(j, t)     WORKER_WRITE_OK(j, t)
+#define WF_ONE_COMPLETION(j)  assert(completions[j] == 1)
+#endif
+
+/* Properties of the release, checked where C is released: at most once, and never on an edge
+ * that a stale completion settled. (That C starts only after both parents completed and
+ * committed is checked at C's claim.) */
+#define CHECK_RELEASE \
+    released++; \
+    assert(released == 1); \
+    assert(!stale[0] && !stale[1])
+
+/* (1): in the statement that ends parent p; wset = an edge was settled (else the function
+ * returns at once). STALE_SNAPSHOT: the judge will read the other edge as this statement saw it. */
+#ifdef STALE_SNAPSHOT
+#define SNAPSHOT(p)  wsnap = COMMITTED_EDGE(1 - p)
+#else
+#define SNAPSHOT(p)  skip
+#endif
+#ifdef JUDGE_AFTER_COMMIT
+#define HOLD_ROW(p)  ecommitted[p] = true    /* the ending statement commits at once */
+#else
+#define HOLD_ROW(p)  job[p].lock = true
+#endif
+#define WF_SETTLE(p, outcome, isstale) \
+    HOLD_ROW(p); \
+    if \
+    :: eout[p] == 0 -> eout[p] = outcome; stale[p] = isstale; wset = true; SNAPSHOT(p) \
+    :: else -> skip \
+    fi
+
+/* the judge's UPDATE of C, C locked (wlock) */
+#define WF_JUDGE(p, other) \
+    if \
+    :: wlock && (eout[p] == FAILED || other == FAILED) -> job[CJOB].st = CANCELLED \
+    :: wlock && eout[p] == COMPLETED && other == COMPLETED -> CHECK_RELEASE; job[CJOB].st = PENDING \
+    :: else -> skip \
+    fi
+
+#ifdef STALE_SNAPSHOT
+#define OTHER_EDGE(p)  wsnap                 /* BUG: the snapshot taken before the lock */
+#else
+#define OTHER_EDGE(p)  COMMITTED_EDGE(1 - p) /* a fresh snapshot, after the lock */
+#endif
+
+/* (2) and (3) and COMMIT, after the statement that ended parent p was applied */
+inline wf_release(p) {
+#ifndef JUDGE_AFTER_COMMIT
+    if
+    :: wset ->
+       /* (2) only when the other edge is still open as this transaction sees it: with it
+        * settled and committed, no other transaction can settle an edge of C any more */
+       atomic {
+           if
+           :: COMMITTED_EDGE(1 - p) != 0 -> skip
+           :: else -> !job[CJOB].lock -> if :: C_JUDGED -> job[CJOB].lock = true; wlock = true :: else -> skip fi
+           fi
+       };
+       atomic {
+           (wlock || !job[CJOB].lock) ->             /* the judge's UPDATE waits for C's row lock */
+           if :: !wlock -> wlock = C_JUDGED :: else -> skip fi;
+           WF_JUDGE(p, OTHER_EDGE(p));
+           if :: wlock -> job[CJOB].lock = false :: else -> skip fi;
+           ecommitted[p] = true; job[p].lock = false;             /* COMMIT */
+           wset = false; wlock = false; wsnap = 0
+       }
+    :: else -> atomic { job[p].lock = false }                     /* COMMIT */
+    fi
+#else
+    /* JUDGE_AFTER_COMMIT: the ending statement committed; the release check is a transaction
+     * of its own, which a crash of its process may never run */
+    if
+    :: wset ->
+       if
+       :: atomic { crashes < MAX_CRASH -> crashes++; wset = false }
+       :: atomic { !job[CJOB].lock -> wlock = C_JUDGED; WF_JUDGE(p, COMMITTED_EDGE(1 - p));
+                   wset = false; wlock = false }
+       fi
+    :: else -> skip
+    fi
+#endif
+}
+
+/* A worker write that ends parent j (completion or dead letter): WRITE_OR's CAS, then
+ * workflow_settle in the same transaction (Worker's wf_tail), then the response (which may be
+ * lost). */
+#define WF_WRITE(guard, body, outcome) \
+    atomic { \
+        ROW_FREE(j) -> \
+        if \
+        :: losses < MAX_LOSS -> losses++; res = LOST \
+        :: (guard) -> WF_WRITE_OK(j, mytok); WF_SETTLE(j, outcome, job[j].tok != mytok); body; res = ACCEPTED \
+        :: !(guard) -> res = REJECTED \
+        fi \
+    }; \
+    goto wf_tail                             /* one copy of (2), (3) and the response */
+#endif
+
 /* ---- worker slot ---------------------------------------------------------------------
  * One execution slot of a worker process with id `wid`. Two slots share wid 1 (a worker
  * with concurrency 2), so `locked_by` alone cannot tell a stale slot from the current one.
@@ -283,6 +453,11 @@ proctype Worker(byte wid) {
     byte j;        /* job held (meaningful in `holding`) */
     byte mytok;    /* lock token received from job_claim, 0 = none */
     byte res;      /* outcome of the last write as this slot saw it */
+#ifdef WORKFLOW
+    bool wset;     /* this transaction settled an edge: (2) and (3) follow */
+    bool wlock;    /* it holds C's row lock */
+    byte wsnap;    /* STALE_SNAPSHOT: the other edge as the ending statement saw it */
+#endif
 
 end_idle:          /* idle: j = mytok = res = 0 (reset by every jump here) */
     /* job_claim: pending -> running, fresh token, attempt + 1, lease from the DB clock. With a
@@ -300,6 +475,14 @@ end_idle:          /* idle: j = mytok = res = 0 (reset by every jump here) */
 #else
     atomic {
         CHOOSE_PENDING(j);
+#endif
+#ifdef WORKFLOW
+        /* C starts only once both parents completed and committed */
+        assert(j != CJOB || (job[0].st == COMPLETED && job[1].st == COMPLETED && ecommitted[0] && ecommitted[1]));
+        if
+        :: j == CJOB -> job[j].st = COMPLETED; GOTO_IDLE    /* C's own run: the one-job model */
+        :: else -> skip
+        fi;
 #endif
         job[j].fence++;
         job[j].tok = job[j].fence;
@@ -323,6 +506,18 @@ holding:
     :: WRITE(HEARTBEAT_CAS(j, wid, mytok),
              job[j].lease = RENEWED(j),
              res = 0; goto holding)
+#ifdef WORKFLOW
+    /* a parent's completion (job_complete_many) or dead letter (job_dead_letter) settles its
+     * edge and may release or cancel C (C itself is never held: see the claim) */
+    :: WF_WRITE(COMPLETE_CAS(j, wid, mytok),
+             job[j].st = COMPLETED; CLEAR(j);
+             completions[j]++;
+             WF_ONE_COMPLETION(j),
+             COMPLETED)
+    :: WF_WRITE(HOLDS(j, wid, mytok),
+             job[j].st = FAILED; CLEAR(j),
+             FAILED)
+#else
     /* job_complete_many */
     :: WRITE_OR(COMPLETE_CAS(j, wid, mytok),
              job[j].st = COMPLETED; CLEAR(j);
@@ -339,6 +534,7 @@ holding:
     :: WRITE(HOLDS(j, wid, mytok),
              job[j].st = FAILED; CLEAR(j),
              GOTO_IDLE)
+#endif
     /* job_release: shutdown drain hands the job back without using up an attempt (R8) */
     :: atomic { releases < MAX_RELEASE -> releases++ };
        WRITE(HOLDS(j, wid, mytok),
@@ -347,7 +543,15 @@ holding:
              GOTO_IDLE)
     /* crash (kill -9): the slot forgets its token; the restarted process starts idle */
     :: atomic { crashes < MAX_CRASH -> crashes++; GOTO_IDLE }
-    fi
+    fi;
+#ifdef WORKFLOW
+wf_tail:           /* after a parent's ending write: (2), (3), COMMIT, then the response */
+    if :: res == ACCEPTED -> wf_release(j) :: else -> skip fi;
+    atomic {
+        if :: res != LOST -> MAY_LOSE(res) :: else -> skip fi;   /* a lost request has no response */
+        DISPATCH(res, GOTO_IDLE)
+    }
+#endif
 }
 
 /* ---- reaper --------------------------------------------------------------------------
@@ -358,6 +562,11 @@ holding:
 proctype Reaper() {
     byte j;
     byte rtok;
+#ifdef WORKFLOW
+    bool wset;     /* as in Worker: a dead letter of a parent settled its edge */
+    bool wlock;
+    byte wsnap;
+#endif
 end_reaper:
     do
     :: atomic { CHOOSE_REAPABLE(j); rtok = job[j].tok; TAKE_LOCK(j) };
@@ -373,11 +582,28 @@ end_reaper:
                   :: job[j].att < MAX_ATTEMPTS -> job[j].st = PENDING   /* requeue */
                   fi;
                   CLEAR(j)
+#ifdef WORKFLOW
+                  ; if                                  /* a parent's dead letter: workflow_settle */
+                  :: j != CJOB && job[j].st == FAILED -> WF_SETTLE(j, FAILED, false)
+                  :: else -> skip
+                  fi
+#endif
            :: !REAP_CAS(j, rtok) -> skip                    /* CAS lost: the job moved on */
            fi;
+#ifndef WORKFLOW
            job[j].lock = false;                            /* COMMIT / ROLLBACK */
            j = 0; rtok = 0
        }
+#else
+#ifdef JUDGE_AFTER_COMMIT
+           job[j].lock = false;                            /* COMMIT / ROLLBACK */
+#else
+           if :: !wset -> job[j].lock = false :: else -> skip fi;   /* else COMMIT after (3) */
+#endif
+           if :: !wset -> j = 0; rtok = 0 :: else -> skip fi
+       };
+       if :: wset -> wf_release(j); atomic { j = 0; rtok = 0 } :: else -> skip fi
+#endif
     od
 }
 
@@ -409,6 +635,9 @@ end_clock:
 
 init {
     atomic {
+#ifdef WORKFLOW
+        job[CJOB].st = WAITING;
+#endif
         run Worker(1);
         run Worker(1);
         run Worker(2);
@@ -419,6 +648,7 @@ init {
     }
 }
 
-/* Liveness: every job eventually reaches a terminal state (completed or failed).
+/* Liveness: every job eventually reaches a terminal state (completed or failed; with -DWORKFLOW
+ * C too, so C is never stranded `waiting`: released, or cancelled by a failed parent).
  * spin -a lease.pml && cc -DNFAIR=3 -o pan pan.c && ./pan -a -f */
 ltl live { <> ALL_TERMINAL }

@@ -6,8 +6,13 @@ fail for the reason it exists (that is what shows the model can catch riverqueue
 The per-key running limit (issue 38, -DKEYLIMIT) is checked the same way: the count derived from
 running rows holds the limit and a late completion frees nothing; a slot counter freed by every
 completion attempt, or a claim that counts and takes without the gate, must fail.
+The workflow release step (issue 39, -DWORKFLOW: parents A and B, step C waiting for both) must
+release C once, only after both parents completed, never on a stale completion, and never strand
+it; a judge reading a snapshot from before C's lock stalls C, a completion without the token CAS
+releases C on a stale attempt, and a release check after the commit without the `waiting` guard
+releases C twice.
 Needs `spin` and a C compiler (scripts/tools/spin.sh): missing tools fail under CI=true and
-skip otherwise. About 20-30 s in all, most of it compiling verifiers. docs/model/check.sh runs
+skip otherwise. About 30-40 s in all, most of it compiling verifiers. docs/model/check.sh runs
 the same set (and a --deep one) outside pytest.
 """
 
@@ -35,6 +40,10 @@ FLOW = ("-DNJOBS=2", "-DKEYLIMIT=1")
 REAPED_ONLY = ("-DMAX_LOSS=0", "-DMAX_RELEASE=0")
 LIMIT_VIOLATED = "assertion violated (((job[0].st==1)+(job[1].st==1))<=1)"
 LATE_FREE_VIOLATED = "assertion violated (slots==seen)"
+# parents A (job 0) and B (job 1), step C (job 2) waiting for both; 1 reaper, no lost messages
+WORKFLOW = ("-DWORKFLOW",)
+# the workflow statements of the Worker (edge settle, C's lock, release, cancel, commit)
+WORKFLOW_STATEMENT = re.compile(r"eout|ecommitted|stale|released|job\[2\]|wlock")
 
 
 @dataclass(frozen=True)
@@ -238,3 +247,57 @@ def test_check_script_fails_when_the_model_loses_its_token_check(tools: Tools, t
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
     assert re.search(r"^FAIL\s+correct-safety .*assertion violated", run.stdout, re.M), run.stdout
+
+
+def unreached_lines(output: str, proctype: str) -> str:
+    """The statements pan's unreached report lists for one proctype."""
+    block = output.split(f"unreached in proctype {proctype}", 1)[1]
+    return block.split("states)", 1)[0]
+
+
+def test_workflow_release_is_safe(tools: Tools, tmp_path: Path) -> None:
+    # C released at most once, never on a stale completion, claimed only after A and B completed
+    v = verify(tools, tmp_path, "safety", *WORKFLOW)
+    assert v.errors == 0, v.output
+    assert "assertion violated" not in v.output
+    assert re.search(r"invalid end states\s+\+", v.output), v.output
+    assert "invalid end state (" not in v.output
+    assert v.states > 100_000
+    # non-vacuity: the settle, C's lock, the release, the cancel and the commit were all reached
+    assert not WORKFLOW_STATEMENT.search(unreached_lines(v.output, "Worker")), v.output
+
+
+def test_workflow_step_is_never_stranded(tools: Tools, tmp_path: Path) -> None:
+    # every job ends: C released (then run) or cancelled by a failed parent, never left waiting
+    v = verify(tools, tmp_path, "liveness", *WORKFLOW, "-DMAX_CRASH=0")
+    assert re.search(r"never claim\s+\+ \(live\)", v.output), v.output
+    assert v.errors == 0, v.output
+
+
+@pytest.mark.parametrize(("kind", "defines", "violated"), [
+    # completion without the token CAS: a frozen slot's stale completion settles B's edge, C released
+    ("safety", ("-DNO_TOKEN_CHECK", "-DWF_ONLY"), "assertion violated ( !(stale[0])&& !(stale[1]))"),
+    # release check in its own transaction after the commit, without `status = 'waiting'`
+    ("safety", ("-DJUDGE_AFTER_COMMIT", "-DNO_WAITING_GUARD"), "assertion violated (released==1)"),
+    # ... and with the guard: a crash between the commit and the check strands C
+    ("liveness", ("-DJUDGE_AFTER_COMMIT",), "acceptance cycle"),
+], ids=["no-token-check", "released-twice", "after-commit-stall"])
+def test_workflow_variant_fails(tools: Tools, tmp_path: Path, kind: str,
+                                defines: tuple[str, ...], violated: str) -> None:
+    v = verify(tools, tmp_path, kind, *WORKFLOW, *defines)
+    assert v.errors >= 1, v.output
+    assert violated in v.output, v.output
+    assert (tmp_path / "lease.pml.trail").exists()
+
+
+def test_stale_snapshot_strands_the_step_after_both_parents_completed(tools: Tools, tmp_path: Path) -> None:
+    # the judge reads the other parent's edge from a snapshot taken before C's lock
+    defines = (*WORKFLOW, "-DMAX_CRASH=0", "-DSTALE_SNAPSHOT")
+    v = verify(tools, tmp_path, "liveness", *defines)
+    assert v.errors >= 1 and "acceptance cycle" in v.output, v.output
+    replay = subprocess.run([tools.spin, "-t", "-p", *defines, "lease.pml"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120).stdout
+    before_cycle = replay.split("START OF CYCLE", 1)[0]
+    assert before_cycle.count("[ecommitted[j] = 1]") == 2, replay   # A and B both committed ...
+    assert "[job[2].st = 0]" not in replay, replay                   # ... and C never released
+    assert "[job[2].st = 4]" not in replay, replay                   # (nor cancelled)
