@@ -7,26 +7,14 @@ returning, so the test can count the handlers that ran to the end, the frozen wo
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-from typing import IO
 
+from run_files import RunFile
 from tenure import App, JobContext
 
 app = App("flow-limits")
 
-_lock = threading.Lock()
-_out: IO[str] | None = None
-
-
-def _record(line: str) -> None:
-    global _out
-    with _lock:
-        if _out is None:
-            _out = open(os.path.join(os.environ["FLOW_RUNS"], f"runs-{os.getpid()}.txt"), "a", encoding="utf-8")
-        _out.write(line)
-        _out.flush()
+_record = RunFile("FLOW_RUNS").write
 
 
 @app.task("keyed_sleep")

@@ -8,27 +8,14 @@ it succeeded shows up twice). One file per process, one line per write, flushed 
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-from typing import IO
 
+from run_files import RunFile
 from tenure import App, JobContext
 
 app = App("slow-database")
 
-_lock = threading.Lock()
-_out: IO[str] | None = None
-
-
-def _record(line: str) -> None:
-    global _out
-    with _lock:
-        if _out is None:
-            _out = open(os.path.join(os.environ["SLOW_DATABASE_RUNS"], f"runs-{os.getpid()}.txt"), "a",
-                        encoding="utf-8")
-        _out.write(line)
-        _out.flush()
+_record = RunFile("SLOW_DATABASE_RUNS").write
 
 
 @app.task("recorded")

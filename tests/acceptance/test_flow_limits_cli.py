@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from support.processes import run_cli, wait_for
+from support.processes import run_cli, wait_for, wait_registered
 from tenure.core.db import Connection, connect
 from tenure.core.repository import Repository
 
@@ -175,10 +175,7 @@ def test_per_key_limits_hold_across_killed_and_frozen_workers(
     try:
         spawn(*REAPER, env_override=env)
         workers = [spawn(*WORKER, env_override=env) for _ in range(3)]
-        ids: dict[int, str] = wait_for(
-            lambda: (lambda m: m if len(m) == 3 else None)(
-                {int(w["pid"]): str(w["id"]) for w in repo.worker_list()
-                 if w["alive"] and int(w["pid"]) in {p.pid for p in workers}}), 30, "three workers registered")
+        ids = wait_registered(repo, workers)
         killed, frozen, steady = workers
         killed_id, frozen_id = ids[killed.pid], ids[frozen.pid]
         # Both victims hold jobs when hit (their slots must then be held until the reaper acts).

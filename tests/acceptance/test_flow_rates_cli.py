@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from support.processes import run_cli, wait_for
+from support.processes import run_cli, wait_for, wait_registered
 from tenure.core.db import Connection
 from tenure.core.repository import Repository
 
@@ -89,10 +89,7 @@ def test_a_rate_limit_holds_and_keys_take_turns_across_killed_and_frozen_workers
     # share even when a loaded machine starts Python processes slowly.
     spawn(*REAPER, env_override=env)
     workers = [spawn(*WORKER, env_override=env) for _ in range(3)]
-    ids: dict[int, str] = wait_for(
-        lambda: (lambda m: m if len(m) == 3 else None)(
-            {int(w["pid"]): str(w["id"]) for w in repo.worker_list()
-             if w["alive"] and int(w["pid"]) in {p.pid for p in workers}}), 30, "three workers registered")
+    ids = wait_registered(repo, workers)
     started = time.monotonic()
     out = run_cli(env, "enqueue", "--from-file", str(batch))
     assert out.returncode == 0 and f"enqueued {JOBS} of {JOBS}" in out.stdout, (out.stdout, out.stderr)

@@ -28,7 +28,7 @@ import pytest
 from psycopg import sql
 
 import tenure
-from support.processes import wait_for
+from support.processes import wait_for, wait_registered
 from tenure.core.db import Connection
 from tenure.core.repository import Repository
 
@@ -125,10 +125,7 @@ def test_a_workflow_runs_each_step_once_after_its_deps_across_killed_and_frozen_
     env = {**cli_env, "WORKFLOW_RUNS": str(runs_dir)}
     spawn(*REAPER, env_override=env)
     workers = [spawn(*WORKER, env_override=env) for _ in range(3)]
-    ids: dict[int, str] = wait_for(
-        lambda: (lambda m: m if len(m) == 3 else None)(
-            {int(w["pid"]): str(w["id"]) for w in repo.worker_list()
-             if w["alive"] and int(w["pid"]) in {p.pid for p in workers}}), 30, "three workers registered")
+    ids = wait_registered(repo, workers)
     started = time.monotonic()
     workflow_id = _enqueue(conn, schema)
     # The first two workers seen running mid steps at the same moment are frozen and killed.

@@ -9,26 +9,14 @@ appends ``final job_id``.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-from typing import IO
 
+from run_files import RunFile
 from tenure import App, JobContext
 
 app = App("workflow-workers")
 
-_lock = threading.Lock()
-_out: IO[str] | None = None
-
-
-def _record(line: str) -> None:
-    global _out
-    with _lock:
-        if _out is None:
-            _out = open(os.path.join(os.environ["WORKFLOW_RUNS"], f"runs-{os.getpid()}.txt"), "a", encoding="utf-8")
-        _out.write(line)
-        _out.flush()
+_record = RunFile("WORKFLOW_RUNS").write
 
 
 @app.task("start")

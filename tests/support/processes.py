@@ -62,6 +62,19 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def wait_registered(repo: Any, workers: list[subprocess.Popen[bytes]], timeout: float = 30) -> dict[int, str]:
+    """Each `tenure worker` process's registry id by pid, once all of them are alive in the
+    registry (``repo.worker_list()``)."""
+    pids = {p.pid for p in workers}
+
+    def registered() -> dict[int, str] | None:
+        ids = {int(w["pid"]): str(w["id"]) for w in repo.worker_list() if w["alive"] and int(w["pid"]) in pids}
+        return ids if len(ids) == len(pids) else None
+
+    found: dict[int, str] = wait_for(registered, timeout, f"{len(pids)} workers registered")
+    return found
+
+
 def start_server(env: dict[str, str], log: Path, args: list[str], banner: re.Pattern[str],
                  timeout: float = 30) -> tuple[subprocess.Popen[bytes], str]:
     """``tenure ARGS`` as a server process logging to ``log``; the process and the first group of

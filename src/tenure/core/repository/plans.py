@@ -7,17 +7,17 @@ the repository's ``workflow_enqueue`` writes a checked plan in one statement.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenure.core.errors import ConfigError, JobSpecError, PayloadError
+from tenure.core.errors import JobSpecError, PayloadError
 from tenure.core.repository.specs import (
     PRIORITY_DEFAULT,
     JobSpec,
     check_text,
     encode_payload,
+    env_bytes,
 )
 
 WORKFLOW_STEPS_MAX = 100_000
@@ -35,16 +35,7 @@ first dead letter; ``finished`` once none is waiting, pending or running."""
 
 def max_output_bytes() -> int:
     """The output size limit: ``TENURE_MAX_OUTPUT_BYTES`` or 64 KiB."""
-    raw = os.environ.get("TENURE_MAX_OUTPUT_BYTES")
-    if not raw:
-        return OUTPUT_MAX_BYTES_DEFAULT
-    try:
-        limit = int(raw)
-    except ValueError:
-        raise ConfigError(f"TENURE_MAX_OUTPUT_BYTES must be a whole number of bytes, got {raw!r}") from None
-    if limit < 1:
-        raise ConfigError("TENURE_MAX_OUTPUT_BYTES must be >= 1")
-    return limit
+    return env_bytes("TENURE_MAX_OUTPUT_BYTES", OUTPUT_MAX_BYTES_DEFAULT)
 
 
 def encode_output(value: Any) -> str:

@@ -20,18 +20,24 @@ MAX_PAYLOAD_BYTES_DEFAULT = 256 * 1024
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def max_payload_bytes() -> int:
-    """The payload size limit: ``TENURE_MAX_PAYLOAD_BYTES`` or 256 KiB."""
-    raw = os.environ.get("TENURE_MAX_PAYLOAD_BYTES")
+def env_bytes(name: str, default: int) -> int:
+    """A size limit from the environment variable ``name`` (whole bytes, >= 1), else ``default``;
+    ConfigError for anything else."""
+    raw = os.environ.get(name)
     if not raw:
-        return MAX_PAYLOAD_BYTES_DEFAULT
+        return default
     try:
         limit = int(raw)
     except ValueError:
-        raise ConfigError(f"TENURE_MAX_PAYLOAD_BYTES must be a whole number of bytes, got {raw!r}") from None
+        raise ConfigError(f"{name} must be a whole number of bytes, got {raw!r}") from None
     if limit < 1:
-        raise ConfigError("TENURE_MAX_PAYLOAD_BYTES must be >= 1")
+        raise ConfigError(f"{name} must be >= 1")
     return limit
+
+
+def max_payload_bytes() -> int:
+    """The payload size limit: ``TENURE_MAX_PAYLOAD_BYTES`` or 256 KiB."""
+    return env_bytes("TENURE_MAX_PAYLOAD_BYTES", MAX_PAYLOAD_BYTES_DEFAULT)
 
 
 def encode_payload(payload: Any) -> str:
