@@ -252,5 +252,5 @@ def test_tenure_prune_drops_partitions_and_deletes_the_rest(conn: Connection, sc
     assert cmd_prune(argparse.Namespace(database_url=dsn, dsn=dsn, schema=schema, older_than=5 * 86400.0,
                                         batch=2)) == 0
     assert capsys.readouterr().out == ("pruned 8 completed job(s) (1 history partition(s) dropped), 1 cancelled "
-                                       "job(s) and 0 stale worker row(s)\n")
+                                       "job(s), 0 stale worker row(s), 0 workflow(s) and 0 batch(es)\n")
     assert repo.get_job(cancelled) is None

@@ -216,3 +216,23 @@ def test_batch_callbacks_are_enqueued_once(conn: Connection, schema: str, repo: 
     got = repo.batch_get(bid)
     assert got is not None and set(got["fired"]) == {"exhausted", "finished", "completed"}
     assert sorted(c.task for c in _claim(repo)) == ["all_done"]
+
+
+def test_retention_deletes_a_workflow_and_a_batch_once_their_jobs_are_gone(conn: Connection, schema: str,
+                                                                            repo: Repository) -> None:
+    from tenure.reaper.history import Retention, RetentionConfig
+    wf = tenure.Workflow("old")
+    wf.add("only")
+    wid = wf.enqueue(conn, schema=schema)
+    batch = tenure.Batch({"finished": "done"})
+    batch.add("only")
+    bid = batch.enqueue(conn, schema=schema)
+    conn.execute(f'UPDATE "{schema}".workflows SET created_at = now() - interval \'10 days\'')
+    conn.execute(f'UPDATE "{schema}".batches SET created_at = now() - interval \'10 days\'')
+    retention = Retention(RetentionConfig(older_than=5 * 86400.0))
+    pruned = retention.run_once(repo)
+    assert (pruned.workflows, pruned.batches) == (0, 0)  # their jobs are still there
+    conn.execute(f'DELETE FROM "{schema}".jobs')  # as retention does, once they are old enough
+    pruned = retention.run_once(repo)
+    assert (pruned.workflows, pruned.batches) == (1, 1)
+    assert repo.workflow_show(wid) is None and repo.batch_get(bid) is None

@@ -29,5 +29,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
     with conn:
         pruned = Retention(RetentionConfig(older_than=args.older_than, batch=args.batch)).run_once(repo)
     print(f"pruned {pruned.completed} completed job(s) ({pruned.partitions} history partition(s) dropped), "
-          f"{pruned.cancelled} cancelled job(s) and {pruned.workers} stale worker row(s)")
+          f"{pruned.cancelled} cancelled job(s), {pruned.workers} stale worker row(s), "
+          f"{pruned.workflows} workflow(s) and {pruned.batches} batch(es)")
     return 0

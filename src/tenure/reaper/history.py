@@ -39,6 +39,7 @@ from tenure.core.repository import (
     Connected,
     HistoryStore,
     RegistryStore,
+    WorkflowStore,
 )
 
 log = logging.getLogger("tenure.reaper.history")
@@ -51,8 +52,8 @@ class KeeperStore(Connected, HistoryStore, Protocol):
     failed step, on a connection inside a transaction)."""
 
 
-class RetentionStore(HistoryStore, RegistryStore, Protocol):
-    """What :class:`Retention` uses: the history area's pruning and the registry's."""
+class RetentionStore(HistoryStore, RegistryStore, WorkflowStore, Protocol):
+    """What :class:`Retention` uses: the history area's pruning, the registry's and the workflows'."""
 
 
 __all__ = [
@@ -216,13 +217,17 @@ class Pruned:
     partitions: int
     cancelled: int
     workers: int
+    workflows: int = 0
+    """Workflows whose steps had all been deleted (by this pass or an earlier one)."""
+    batches: int = 0
 
 
 class Retention:
     """``tenure prune``: each day partition whose whole day ended more than ``older_than`` ago
     goes as a whole, with its jobs' events and keys (so up to a day more is kept); completed jobs
     outside a day partition (still in ``jobs``, or in the default partition) and cancelled jobs
-    go in batches; then the stale worker rows."""
+    go in batches; then the stale worker rows, and the workflows and batches (docs/workflows.md)
+    created more than ``older_than`` ago whose jobs are all gone."""
 
     def __init__(self, config: RetentionConfig) -> None:
         config.validate()
@@ -237,7 +242,9 @@ class Retention:
         completed += _in_batches(lambda: repo.prune_completed(older_than, batch=batch), batch)
         cancelled = _in_batches(lambda: repo.prune_cancelled(older_than, batch=batch), batch)
         workers = repo.worker_prune(older_than)
-        return Pruned(completed, partitions, cancelled, workers)
+        workflows = _in_batches(lambda: repo.workflow_prune(older_than, batch), batch)
+        batches = _in_batches(lambda: repo.batch_prune(older_than, batch), batch)
+        return Pruned(completed, partitions, cancelled, workers, workflows, batches)
 
 
 def _in_batches(delete: Callable[[], int], batch: int) -> int:

@@ -116,6 +116,18 @@ class WorkflowQueries(RepositoryBase):
         assert row is not None
         return int(row["id"])
 
+    def workflow_prune(self, older_than: float, batch: int) -> int:
+        """Delete up to ``batch`` workflows older than ``older_than`` seconds whose steps retention
+        has all deleted (with their names, edges and outputs); how many went."""
+        row = self._one("workflow_prune", {"older_than": float(older_than), "batch": batch})
+        return int(row["deleted"]) if row else 0
+
+    def batch_prune(self, older_than: float, batch: int) -> int:
+        """Delete up to ``batch`` batches older than ``older_than`` seconds whose jobs retention has
+        all deleted; how many went."""
+        row = self._one("batch_prune", {"older_than": float(older_than), "batch": batch})
+        return int(row["deleted"]) if row else 0
+
     def batch_get(self, batch_id: int) -> Row | None:
         """One batch: ``callbacks``, ``fired`` (the callback jobs so far), ``by_status``."""
         return self._one("batch_get", {"id": batch_id})

@@ -172,3 +172,27 @@ SELECT b.id, b.callbacks, b.callback_queue, b.created_at, b.finished_at, b.fired
         FROM (SELECT a.status::text AS st, count(*)::int AS n FROM {schema}.all_jobs a
               WHERE a.batch_id = b.id GROUP BY a.status) g) AS by_status
 FROM {schema}.batches b WHERE b.id = %(id)s;
+
+-- name: workflow_prune
+-- Delete up to `batch` workflows created more than `older_than` s ago none of whose steps is left in jobs or job_history (retention pruned them all); their steps' names, edges and outputs go with them; returns how many.
+WITH gone AS (
+    DELETE FROM {schema}.workflows w
+    WHERE w.id IN (SELECT o.id FROM {schema}.workflows o
+                   WHERE o.created_at < now() - make_interval(secs => %(older_than)s)
+                     AND NOT EXISTS (SELECT 1 FROM {schema}.all_jobs a WHERE a.workflow_id = o.id)
+                   ORDER BY o.id LIMIT %(batch)s)
+    RETURNING 1
+)
+SELECT count(*)::int AS deleted FROM gone;
+
+-- name: batch_prune
+-- Delete up to `batch` batches created more than `older_than` s ago none of whose jobs is left in jobs or job_history; returns how many.
+WITH gone AS (
+    DELETE FROM {schema}.batches b
+    WHERE b.id IN (SELECT o.id FROM {schema}.batches o
+                   WHERE o.created_at < now() - make_interval(secs => %(older_than)s)
+                     AND NOT EXISTS (SELECT 1 FROM {schema}.all_jobs a WHERE a.batch_id = o.id)
+                   ORDER BY o.id LIMIT %(batch)s)
+    RETURNING 1
+)
+SELECT count(*)::int AS deleted FROM gone;
