@@ -910,8 +910,9 @@ CREATE INDEX jobs_batch_live_idx ON jobs (batch_id)
 -- Settle the edges out of `deps` (jobs that ended as `outcome`), then release or cancel each
 -- dependent still waiting. Dependents that other edges still block are locked in id order before
 -- they are judged, and judged by a later statement (a fresh snapshot): a dependent two
--- transactions settle at once is judged again by the second, after the first commits. Cancelling a dependent fires workflow_job_changed
--- for it in turn, so a failure cancels everything downstream that does not ignore it.
+-- transactions settle at once is judged again by the second, after the first commits.
+-- Cancelling a dependent fires workflow_job_changed for it in turn, so a failure cancels
+-- everything downstream that does not ignore it.
 CREATE OR REPLACE FUNCTION workflow_settle(deps bigint[], outcome text) RETURNS void
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
 DECLARE
