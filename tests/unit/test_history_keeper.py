@@ -122,12 +122,21 @@ class _PruneRepo:
         self.calls.append("workers")
         return 2
 
+    def workflow_prune(self, older_than: float, batch: int) -> int:
+        self.calls.append("workflows")
+        return 1
+
+    def batch_prune(self, older_than: float, batch: int) -> int:
+        self.calls.append("batches")
+        return 0
+
 
 def test_retention_drops_partitions_then_deletes_in_batches_until_a_short_one() -> None:
     repo = _PruneRepo([5, 7], completed=25, cancelled=10)
     pruned = Retention(RetentionConfig(older_than=86400, batch=10)).run_once(repo)  # type: ignore[arg-type]
     assert (pruned.completed, pruned.partitions, pruned.cancelled, pruned.workers) == (37, 2, 10, 2)
-    assert repo.calls == ["drop"] * 3 + ["completed"] * 3 + ["cancelled"] * 2 + ["workers"]
+    assert (pruned.workflows, pruned.batches) == (1, 0)
+    assert repo.calls == ["drop"] * 3 + ["completed"] * 3 + ["cancelled"] * 2 + ["workers", "workflows", "batches"]
 
 
 @pytest.mark.parametrize("kw", [{"ensure_interval": 0}, {"days_ahead": 0}, {"days_back": -1}, {"move_batch": -1}])

@@ -5,8 +5,10 @@ synchronous replication) and, outside it, the harness's own embedded PostgreSQL 
 *ledger*: what the workers were told (acknowledged ``eff.succeeded()``, acknowledged completions),
 what they did (handler starts), and the guarded effect's external provider (which honours the
 idempotency key, R14). Workers, reapers and the producer use the cluster's multi-host DSN
-(``target_session_attrs=read-write``). While jobs flow at ``rate`` jobs/s, the harness injects
-failovers one after the other, each once the cluster is healthy again:
+(``target_session_attrs=read-write``). While jobs flow at ``rate`` jobs/s, and the run's
+workflows, batches and unique bursts (issue 39, as in the local run) are enqueued on ``WF_QUEUE``
+over the first ``calm`` x failovers seconds, the harness injects failovers one after the other,
+each once the cluster is healthy again:
 
 - ``switchover``: ``patronictl switchover --force`` (planned);
 - ``kill``: SIGKILL of the primary's postmaster (Patroni fails over at once: ``primary_start_timeout`` 0);
@@ -19,7 +21,9 @@ last job is terminal it compares the ledger with the final primary: jobs lost (a
 enqueues missing), acknowledged completions lost, jobs run twice, guarded effects run again after
 their success was acknowledged, provider calls repeated (the in-doubt window the provider's
 idempotency key absorbs), stale writes rejected, plus every invariant of
-:mod:`tenure.chaos.invariants` checked on the final primary.
+:mod:`tenure.chaos.invariants` and :mod:`tenure.chaos.invariants_workflow` checked on the final
+primary (a workflow or batch whose commit a failover left unconfirmed is sent again and may exist
+twice: the checks hold over whatever was written).
 
 Limits: one machine; ``isolate`` needs network namespaces (root and iproute2) and is skipped
 otherwise; leases must outlast a failover or jobs are (correctly) recovered and run again.
@@ -40,15 +44,16 @@ from typing import Any
 
 import psycopg
 
-from tenure.chaos import QUEUE
+from tenure.chaos import QUEUE, WF_QUEUE
 from tenure.chaos.config import ChaosConfig
 from tenure.chaos.failover import FAULT_KINDS, FailoverRecord, Failovers
 from tenure.chaos.fleet import Fleet
 from tenure.chaos.invariants import Verdict, check_all, quantile
+from tenure.chaos.invariants_workflow import check_extras, summary_lines
 from tenure.chaos.journal import Journal
 from tenure.chaos.loop import Cadence, Hooks, Progress, run_until_settled
 from tenure.chaos.patroni import ClusterConfig, PatroniCluster
-from tenure.chaos.producer import Pace, Producer
+from tenure.chaos.producer import ExtrasProducer, Pace, Producer, extras_for
 from tenure.chaos.store import ChaosStore, Row
 from tenure.core.db import connect
 from tenure.core.embedded import EmbeddedServer, ensure_server
@@ -192,16 +197,20 @@ class HaChaosHarness:
                           extra_env=lambda slot: ledger)
             fleet.start()
             producer = self._producer()
+            # Workflows, batches and unique bursts over the calm before the failovers, so they straddle the first.
+            extras = extras_for(c, self.dsn, self.schema, span=self.ha.calm * len(kinds), rng=self.rng,
+                                stop=self._stop, retry_on=psycopg.Error)
             failovers = Failovers(self.cluster, kinds, dsn=self.dsn, schema=self.schema, calm=self.ha.calm,
                                   journal=self.journal, enqueued=lambda: producer.enqueued, done=self._faults_done)
             producer.start()
+            extras.start()
             failovers.start()
             run_until_settled(fleet=fleet, journal=self.journal, cadence=CADENCE,
-                              hooks=self._hooks(producer, failovers), settle_timeout=c.settle_timeout,
+                              hooks=self._hooks(producer, extras, failovers), settle_timeout=c.settle_timeout,
                               prefix="chaos-ha")
             self._stop.set()
             fleet.shutdown()
-            return self._verify_ha(time.monotonic() - began, failovers.records, producer.enqueued)
+            return self._verify_ha(time.monotonic() - began, failovers.records, producer.enqueued, extras.counts)
         finally:
             self._stop.set()
             self._faults_done.set()
@@ -215,23 +224,29 @@ class HaChaosHarness:
             if not self.keep:
                 shutil.rmtree(self._tmp, ignore_errors=True)
 
-    def _hooks(self, producer: Producer, failovers: Failovers) -> Hooks:
+    def _hooks(self, producer: Producer, extras: ExtrasProducer, failovers: Failovers) -> Hooks:
         def step(now: float) -> None:
-            for error, what in ((producer.error, "producer"), (failovers.error, "fault injection")):
+            for error, what in ((producer.error, "producer"), (extras.error, "producer"),
+                                (failovers.error, "fault injection")):
                 if error is not None:
                     raise RuntimeError(f"{what} failed: {error}") from error
+
+        def sample(store: ChaosStore, now: float) -> None:
+            if self.config.unique_keys:
+                store.unique_sample()
 
         def line(prog: Progress) -> str:
             return (f"chaos-ha: enqueued {producer.enqueued}, terminal {prog['terminal']}, "
                     f"running {prog['running']}, pending {prog['pending']}")
 
-        return Hooks(step=step, quiet=lambda: not failovers.is_alive() and not producer.is_alive(),
+        return Hooks(step=step, quiet=lambda: not (failovers.is_alive() or producer.is_alive() or extras.is_alive()),
                      settled=lambda prog: bool(prog["terminal"] >= producer.enqueued
                                                and prog["total"] >= producer.enqueued),
-                     line=line)
+                     line=line, every_tick=sample, drain=(WF_QUEUE,))
 
     # -- verdict --------------------------------------------------------------------------------
-    def _verify_ha(self, wall: float, records: list[FailoverRecord], enqueued: int) -> HaReport:
+    def _verify_ha(self, wall: float, records: list[FailoverRecord], enqueued: int,
+                   extras: dict[str, int]) -> HaReport:
         store = self.journal.reach("the cluster to check the invariants", attempts=100, wait=0.3)
         for rec in records:
             self.journal.record(f"failover_{rec.kind}", None, rec.started,
@@ -242,6 +257,7 @@ class HaChaosHarness:
         with connect(self.ledger_dsn, application_name="tenure-chaos-ledger") as conn:
             ledger = ChaosStore(conn, self.schema).ledger_rows()
         verdict = self._invariants(store, jobs, ledger, enqueued)
+        check_extras(verdict, store, faults=store.faults(), enqueued=extras)
         figures = ledger_figures(ledger, jobs, set(self.enqueued_at))
         acks = sorted(float(r["at"]) for r in ledger if r["kind"] == "completion_acked")
         for rec in records:
@@ -285,7 +301,9 @@ def failover_figures(records: list[FailoverRecord], verdict: Verdict) -> dict[st
         "reaps": verdict.figures.get("reaps"),
         "claims_never_delivered": verdict.figures.get("fenced_attempts_claim_never_delivered"),
         "invariants_held": verdict.ok,
+        "invariants_checked": sorted(verdict.violations),
         "invariant_violations": {k: len(v) for k, v in verdict.violations.items() if v},
+        **{k: verdict.figures.get(k) for k in ("workflows", "batches", "unique", "extras_enqueued")},
     }
 
 
@@ -368,6 +386,7 @@ def format_ha_report(report: HaReport) -> str:
         ("provider calls repeated (deduplicated by key)", str(f.get("guarded_provider_calls_repeated"))),
         ("stale writes rejected", str(f.get("stale_writes_rejected"))),
         ("claims committed but never delivered (reaped)", str(f.get("claims_never_delivered"))),
+        *summary_lines(f),
         ("chaos invariants", "held" if f.get("invariants_held") else f"VIOLATED {f.get('invariant_violations')}"),
         ("wall time", f"{report.wall_seconds}s"),
     ]

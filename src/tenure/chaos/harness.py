@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import shutil
 import tempfile
 import threading
@@ -55,10 +54,10 @@ from tenure.chaos.fleet import Fleet
 from tenure.chaos.invariants import Verdict, check_all
 from tenure.chaos.invariants_control import check_job_control
 from tenure.chaos.invariants_flow import RateLimit, Service, check_flow, check_keys_served, check_rate
-from tenure.chaos.invariants_workflow import cancelled_by_fault, check_callbacks, check_unique, check_workflows
+from tenure.chaos.invariants_workflow import check_extras, summary_lines
 from tenure.chaos.journal import Journal
 from tenure.chaos.loop import Cadence, Hooks, Progress, run_until_settled
-from tenure.chaos.producer import ExtrasProducer, Pace, Producer, plan_extras
+from tenure.chaos.producer import ExtrasProducer, Pace, Producer, extras_for
 from tenure.chaos.proxy import TcpProxy
 from tenure.chaos.store import ChaosStore
 from tenure.core.db import connect
@@ -180,10 +179,8 @@ class ChaosHarness:
     def _extras(self) -> ExtrasProducer:
         """The workflows, batches and unique bursts (issue 39), due over the first half of production,
         drawn from a generator seeded by the run's RNG (after the fault plan)."""
-        c = self.config
-        extras = plan_extras(workflows=c.workflows, batches=c.batches, unique_keys=c.unique_keys, span=c.duration / 2,
-                             work_ms=(c.work_ms_min, c.work_ms_max), rng=random.Random(self.rng.getrandbits(64)))
-        return ExtrasProducer(self.dsn, self.schema, extras=extras, stop=self._stop)
+        return extras_for(self.config, self.dsn, self.schema, span=self.config.duration / 2, rng=self.rng,
+                          stop=self._stop)
 
     def run_once(self) -> ChaosReport:
         """One full run; always stops every process it started."""
@@ -238,20 +235,13 @@ class ChaosHarness:
             if c.unique_keys:
                 store.unique_sample()
 
-        def settled(prog: Progress) -> bool:
-            if prog["terminal"] < c.jobs:
-                return False
-            store = self.journal.store()  # the workflow queue too: every step, batch job and callback ended
-            extra = store.progress(WF_QUEUE) if store is not None else None
-            return extra is not None and extra["terminal"] >= extra["total"]
-
         def line(prog: Progress) -> str:
             return (f"chaos: enqueued {producer.enqueued}/{c.jobs}, terminal {prog['terminal']}, "
                     f"running {prog['running']}, pending {prog['pending']}, faults left {injector.left}")
 
         return Hooks(step=step, quiet=lambda: not producer.is_alive() and not extras.is_alive() and injector.finished,
-                     settled=settled, line=line, every_tick=recycle,
-                     history_locked=lambda: injector.history_locked)
+                     settled=lambda prog: bool(prog["terminal"] >= c.jobs), line=line, every_tick=recycle,
+                     history_locked=lambda: injector.history_locked, drain=(WF_QUEUE,))
 
     def _shutdown(self, fleet: Fleet) -> None:
         fleet.shutdown()
@@ -279,12 +269,7 @@ class ChaosHarness:
                           timeout_jobs=timeout_jobs)
         check_flow(verdict, store.flow_samples(), per_key_running=c.per_key_running if c.flow_keys else 0)
         self._check_rates_and_keys(verdict, store.attempts(QUEUE), faults, run_end)
-        check_workflows(verdict, store.workflow_steps(WF_QUEUE), store.workflow_attempts(WF_QUEUE),
-                        by_fault=cancelled_by_fault(faults))
-        check_callbacks(verdict, store.batches(WF_QUEUE), store.batch_callbacks(WF_QUEUE))
-        check_unique(verdict, store.unique_samples(), jobs=store.unique_jobs(WF_QUEUE),
-                     enqueues={k: v for k, v in enqueued.items() if k.startswith("unique_")})
-        verdict.figures["extras_enqueued"] = dict(sorted(enqueued.items()))
+        check_extras(verdict, store, faults=faults, enqueued=enqueued)
         if self.proxy is not None:
             verdict.figures["proxy_connections_dropped"] = self.proxy.connections_dropped
         skew = {"method": skew_method, "requested_seconds": c.skew,
@@ -346,21 +331,6 @@ def _keys_line(keys: dict[str, Any]) -> str:
             f"{keys.get('max_wait_before_excuses')}s before fault excuses)")
 
 
-def _workflow_line(wf: dict[str, Any]) -> str:
-    return (f"{wf.get('workflows', 0)} workflows, {wf.get('steps', 0)} steps {wf.get('by_status') or {}} / "
-            f"{wf.get('released_events', 0)} / {wf.get('cancelled_by') or {}}")
-
-
-def _batch_line(b: dict[str, Any]) -> str:
-    return (f"{b.get('batches', 0)} batches, {b.get('jobs', 0)} jobs / {b.get('jobs_dead_lettered', 0)} / "
-            f"{b.get('fired') or {}} ({b.get('callbacks_completed', 0)} completed)")
-
-
-def _unique_line(u: dict[str, Any]) -> str:
-    return (f"{u.get('unique_enqueues', 0)} / {u.get('unique_created', 0)} / {u.get('samples', 0)} "
-            f"({u.get('peak_keys_held')}); jobs {u.get('jobs') or {}}")
-
-
 def format_report(report: ChaosReport) -> str:
     """The human-readable table printed at the end of a run."""
     f = report.figures
@@ -396,9 +366,7 @@ def format_report(report: ChaosReport) -> str:
         ("running per flow key: peak (live leases) vs limit", _flow_line(f.get("flow") or {})),
         ("rate limit: peak units started in 1 s vs allowed", _rate_line(f.get("rate") or {})),
         ("key waits with room, p50/p99/max", _keys_line(f.get("keys_served") or {})),
-        ("workflows: steps by status / released / cancelled by", _workflow_line(f.get("workflows") or {})),
-        ("batches: jobs / DLQ / callbacks fired", _batch_line(f.get("batches") or {})),
-        ("unique: enqueues / created / samples (peak keys held)", _unique_line(f.get("unique") or {})),
+        *summary_lines(f),
         ("recovery of killed jobs p50/p99/max", f"{rec.get('p50')} / {rec.get('p99')} / {rec.get('max')} s "
                                                 f"(n={rec.get('n')}, bound {f.get('recovery_bound_seconds')}s)"),
         ("recovery, all faults p50/p99/max", f"{allrec.get('p50')} / {allrec.get('p99')} / {allrec.get('max')} s "

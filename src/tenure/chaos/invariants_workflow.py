@@ -17,16 +17,22 @@
   was held by two pending or running jobs.
 
 Pure functions over rows read by :class:`tenure.chaos.store.ChaosStore` (``chaos_workflow_*``,
-``chaos_batch*``, ``chaos_unique_*``); times are epoch seconds by the database clock.
+``chaos_batch*``, ``chaos_unique_*``); times are epoch seconds by the database clock. The local
+and the HA run both call :func:`check_extras`, which reads those rows and runs the three checks,
+and show :func:`summary_lines`.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from tenure.chaos import WF_QUEUE
 from tenure.chaos.invariants import Row, Verdict, quantile
+
+if TYPE_CHECKING:
+    from tenure.chaos.store import ChaosStore
 
 WORKFLOW_INVARIANTS = ("workflow_deps_first", "workflow_released_once", "workflows_finished", "callbacks_once",
                        "unique_keys_held_once")
@@ -218,6 +224,33 @@ def check_unique(verdict: Verdict, samples: Sequence[Row], *, jobs: dict[str, in
         "peak_keys_held": max((int(s["keys_held"]) for s in during), default=None),
         "samples_above": len(above), "jobs": dict(sorted(jobs.items())), **(enqueues or {}),
     }
+
+
+def check_extras(verdict: Verdict, store: ChaosStore, *, faults: Iterable[Row], enqueued: Mapping[str, int]) -> None:
+    """Every invariant above over what the run wrote on ``WF_QUEUE`` (read from ``store`` at the
+    end); ``faults``: the run's fault records, ``enqueued``: :attr:`ExtrasProducer.counts`."""
+    check_workflows(verdict, store.workflow_steps(WF_QUEUE), store.workflow_attempts(WF_QUEUE),
+                    by_fault=cancelled_by_fault(faults))
+    check_callbacks(verdict, store.batches(WF_QUEUE), store.batch_callbacks(WF_QUEUE))
+    check_unique(verdict, store.unique_samples(), jobs=store.unique_jobs(WF_QUEUE),
+                 enqueues={k: v for k, v in enqueued.items() if k.startswith("unique_")})
+    verdict.figures["extras_enqueued"] = dict(sorted(enqueued.items()))
+
+
+def summary_lines(figures: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The report lines (label, value) of the figures :func:`check_extras` left."""
+    wf, b, u = (dict(figures.get(k) or {}) for k in ("workflows", "batches", "unique"))
+    return [
+        ("workflows: steps by status / released / cancelled by",
+         f"{wf.get('workflows', 0)} workflows, {wf.get('steps', 0)} steps {wf.get('by_status') or {}} / "
+         f"{wf.get('released_events', 0)} / {wf.get('cancelled_by') or {}}"),
+        ("batches: jobs / DLQ / callbacks fired",
+         f"{b.get('batches', 0)} batches, {b.get('jobs', 0)} jobs / {b.get('jobs_dead_lettered', 0)} / "
+         f"{b.get('fired') or {}} ({b.get('callbacks_completed', 0)} completed)"),
+        ("unique: enqueues / created / samples (peak keys held)",
+         f"{u.get('unique_enqueues', 0)} / {u.get('unique_created', 0)} / {u.get('samples', 0)} "
+         f"({u.get('peak_keys_held')}); jobs {u.get('jobs') or {}}"),
+    ]
 
 
 def _round(value: float | None) -> float | None:

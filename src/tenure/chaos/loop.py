@@ -5,8 +5,8 @@ errors of its threads), then on the journal's connection write pending fault rec
 lease sample and a sample of the running jobs each worker holds (``held_within_capacity``), and
 poll progress. The progress poll reads ``all_jobs``, so it is skipped while a fault holds
 ``job_history`` locked (the samples read only ``jobs`` and go on). The loop returns once
-production and faults are over and every job is terminal, or after ``settle_timeout`` seconds of
-waiting for that.
+production and faults are over, every produced job is terminal and the run's other queues
+(:attr:`Hooks.drain`) have no unfinished job, or after ``settle_timeout`` seconds of waiting for that.
 
 Limits: a database error skips the rest of the tick and reconnects on the next; an error raised by
 ``step`` ends the run.
@@ -63,6 +63,8 @@ class Hooks:
     """Extra work on the journal's store each tick."""
     history_locked: Callable[[], bool] | None = None
     """True while a fault holds ``job_history`` locked: the progress poll, which reads it, waits."""
+    drain: tuple[str, ...] = ()
+    """Queues besides ``QUEUE`` (e.g. ``WF_QUEUE``) where no job may be unfinished when the run settles."""
 
 
 def run_until_settled(*, fleet: Fleet, journal: Journal, cadence: Cadence, hooks: Hooks,
@@ -93,7 +95,7 @@ def run_until_settled(*, fleet: Fleet, journal: Journal, cadence: Cadence, hooks
                     prog = store.progress(QUEUE)
                     journal.say_every(cadence.line, now, hooks.line(prog))
                     if hooks.quiet():
-                        if hooks.settled(prog):
+                        if hooks.settled(prog) and all(_drained(store, q) for q in hooks.drain):
                             return
                         done_at = done_at or now
                         if now - done_at > settle_timeout:
@@ -102,3 +104,9 @@ def run_until_settled(*, fleet: Fleet, journal: Journal, cadence: Cadence, hooks
             except cadence.retry_on:
                 journal.reset()
         time.sleep(cadence.tick)
+
+
+def _drained(store: ChaosStore, queue: str) -> bool:
+    """Whether every job on ``queue`` is terminal (no waiting, pending or running one)."""
+    prog = store.progress(queue)
+    return bool(prog["terminal"] >= prog["total"])

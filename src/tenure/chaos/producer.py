@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from tenure.chaos import STEP_TASK, UNIQUE_TASK, WF_QUEUE
+from tenure.chaos.config import ChaosConfig
 from tenure.core.db import connect
 from tenure.core.repository import JobSpec, Repository
 from tenure.core.repository.plans import Step
@@ -177,18 +178,20 @@ def plan_extras(*, workflows: int, batches: int, unique_keys: int, span: float, 
 class ExtrasProducer:
     """Enqueues the planned workflows, batches and unique bursts on ``WF_QUEUE`` when due.
 
-    A workflow or batch whose commit was not confirmed is sent again (it may then exist twice:
-    they carry no idempotency key, and the checks hold over whatever was written). A unique burst
-    sends RACERS enqueues at once from as many connections, then FOLLOWERS more half the job's
-    work time later, when the first holder is likely running."""
+    A workflow or batch whose commit was not confirmed (``retry_on``: a restart, or a failover on
+    a multi-host DSN) is sent again on a new connection (it may then exist twice: they carry no
+    idempotency key, and the checks hold over whatever was written). A unique burst sends RACERS
+    enqueues at once from as many connections, then FOLLOWERS more half the job's work time
+    later, when the first holder is likely running."""
 
     def __init__(self, dsn: str, schema: str, *, extras: list[Extra], stop: threading.Event,
-                 retry_wait: float = 0.5) -> None:
+                 retry_wait: float = 0.5, retry_on: type[psycopg.Error] = psycopg.OperationalError) -> None:
         self.dsn = dsn
         self.schema = schema
         self.extras = extras
         self.stop = stop
         self.retry_wait = retry_wait
+        self.retry_on = retry_on
         self.counts: Counter[str] = Counter()
         """What was enqueued: workflows, steps, batches, batch_jobs, unique_enqueues, unique_created."""
         self.error: BaseException | None = None
@@ -214,8 +217,10 @@ class ExtrasProducer:
             try:
                 send(self._conn())
                 return
-            except psycopg.OperationalError:
-                getattr(self._local, "conn").close()
+            except self.retry_on:
+                conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+                if conn is not None:  # None: this thread's first connect failed
+                    conn.close()
                 self.stop.wait(self.retry_wait)
 
     def _workflow(self, e: Extra) -> None:
@@ -257,3 +262,13 @@ class ExtrasProducer:
             self.error = exc
         finally:
             self._pool.shutdown(wait=True)
+
+
+def extras_for(config: ChaosConfig, dsn: str, schema: str, *, span: float, rng: random.Random,
+               stop: threading.Event, retry_on: type[psycopg.Error] = psycopg.OperationalError) -> ExtrasProducer:
+    """The run's :class:`ExtrasProducer`: ``config.workflows``, ``batches`` and ``unique_keys``
+    planned over ``span`` seconds by a generator seeded from ``rng`` (one draw)."""
+    extras = plan_extras(workflows=config.workflows, batches=config.batches, unique_keys=config.unique_keys,
+                         span=span, work_ms=(config.work_ms_min, config.work_ms_max),
+                         rng=random.Random(rng.getrandbits(64)))
+    return ExtrasProducer(dsn, schema, extras=extras, stop=stop, retry_on=retry_on)

@@ -145,8 +145,9 @@ def register(sub: Any) -> None:
                    help="a rate limit every job names: RATE tokens per second, a bucket of BURST (default: one "
                         "second's tokens); checked by rate_within_limit (0: none; default 0)")
     p.add_argument("--workflows", type=count, default=cfg.WORKFLOWS_DEFAULT,
-                   help="random workflows of 3-20 steps enqueued over the first half of production, checked by "
-                        "the workflow invariants (0: none; default %(default)s)")
+                   help="random workflows of 3-20 steps enqueued over the first half of production (with --ha: "
+                        "across the first failovers), checked by the workflow invariants (0: none; "
+                        "default %(default)s)")
     p.add_argument("--batches", type=count, default=cfg.BATCHES_DEFAULT,
                    help="batches of 3-10 jobs with all three callbacks, checked by callbacks_once "
                         "(0: none; default %(default)s)")
