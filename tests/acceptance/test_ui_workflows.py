@@ -73,6 +73,19 @@ def test_one_workflow_has_its_steps_deps_outputs_and_graph(repo: Repository, ui:
     assert call(f"{ui}/workflows")[0] == 200
 
 
+
+def test_a_wide_workflow_lists_its_first_steps_and_counts_and_draws_them_all(repo: Repository, ui: str) -> None:
+    wide = tenure.Workflow("wide")
+    root = wide.add("root")
+    for n in range(600):
+        wide.add("leaf", {"n": n}, name=f"leaf-{n}", deps=[root])
+    wid = wide.enqueue(repo.conn, schema=repo.schema)
+    status, body, _ = call(f"{ui}/api/v1/workflows/{wid}")
+    assert status == 200
+    assert (len(body["steps"]), body["steps_total"]) == (500, 601)
+    assert body["by_status"] == {"pending": 1, "waiting": 600}
+    assert "+" in body["graph"] and "more" in body["graph"]  # the 600-wide layer is capped
+
 @pytest.mark.parametrize(("path", "status", "message"), [
     ("workflows/987654", 404, "no workflow 987654"),
     ("workflows/abc", 400, "invalid workflow id 'abc'"),

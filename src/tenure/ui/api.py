@@ -255,6 +255,9 @@ def workers(call: Call) -> dict[str, Any]:
     return {"workers": rows}
 
 
+WORKFLOW_STEPS_SHOWN = 500
+"""Steps a workflow's document lists (with their outputs) at most; its counts and graph cover all."""
+
 def workflows(call: Call) -> dict[str, Any]:
     """Workflows newest first (``?limit=&cursor=``), each with its steps counted by status."""
     unknown = sorted(set(call.query) - set(PAGING))
@@ -270,17 +273,20 @@ def workflows(call: Call) -> dict[str, Any]:
 
 
 def workflow(call: Call) -> dict[str, Any]:
-    """One workflow: its header, ``by_status``, its steps (status, deps, output...) and
-    ``graph``, the DAG as SVG text (:mod:`tenure.ui.dag`), which the workflow page shows."""
+    """One workflow: its header, ``by_status`` and ``steps_total`` over all its steps, its first
+    :data:`WORKFLOW_STEPS_SHOWN` steps (status, deps, output...) and ``graph``, the whole DAG as
+    SVG text (:mod:`tenure.ui.dag`, which caps wide layers), which the workflow page shows."""
     workflow_id = _id(call, "workflow")
     with call.service.repo() as repo:
-        shown = repo.workflow_show(workflow_id)
+        shown = repo.workflow_show(workflow_id, outputs=WORKFLOW_STEPS_SHOWN)
     if shown is None:
         raise ApiError(404, f"no workflow {workflow_id}")
+    steps = shown["steps"]
     by_status: dict[str, int] = {}
-    for step in shown["steps"]:
+    for step in steps:
         by_status[step["status"]] = by_status.get(step["status"], 0) + 1
-    return {**shown, "by_status": by_status, "graph": dag.render(dag.steps_of(shown["steps"]))}
+    return {**shown, "steps": steps[:WORKFLOW_STEPS_SHOWN], "steps_total": len(steps), "by_status": by_status,
+            "graph": dag.render(dag.steps_of(steps))}
 
 
 def _job_id(call: Call) -> int:

@@ -85,12 +85,14 @@ class WorkflowQueries(RepositoryBase):
         """Workflows newest first, with ``steps``, ``by_status`` and ``finished``."""
         return self._rows("workflow_list", {"limit": limit, "before_id": before_id})
 
-    def workflow_show(self, workflow_id: int) -> Row | None:
-        """One workflow with its ``steps`` (status, deps, output...); None when there is none."""
+    def workflow_show(self, workflow_id: int, *, outputs: int | None = None) -> Row | None:
+        """One workflow with its ``steps`` (status, deps, output...); None when there is none.
+        With ``outputs``, only the first that many steps carry their output (a wide workflow's
+        outputs are not all read)."""
         head = self._one("workflow_get", {"id": workflow_id})
         if head is None:
             return None
-        return {**head, "steps": self._rows("workflow_steps_list", {"id": workflow_id})}
+        return {**head, "steps": self._rows("workflow_steps_list", {"id": workflow_id, "outputs": outputs})}
 
     def workflow_cancel_targets(self, workflow_id: int) -> list[int] | None:
         """Mark a workflow cancelled; its unfinished steps' job ids (the caller cancels them as

@@ -53,8 +53,9 @@ export async function workflowPage() {
       return;
     } finally { busy = false; }
     const names = new Map(w.steps.map((s) => [s.id, s.name]));
-    const state = w.cancelled_at ? "cancelled" : w.steps.some((s) => ["waiting", "pending", "running"].includes(s.status)) ? "running" : "finished";
-    const facts = [["name", w.name], ["state", state], ["steps", w.steps.length], ["created", when(w.created_at)],
+    const unfinished = ["waiting", "pending", "running"].some((st) => (w.by_status || {})[st]);
+    const state = w.cancelled_at ? "cancelled" : unfinished ? "running" : "finished";
+    const facts = [["name", w.name], ["state", state], ["steps", w.steps_total], ["created", when(w.created_at)],
       ["cancelled", when(w.cancelled_at)], ["by status", el("div", { class: "counts" }, counts(w.by_status))]];
     const svg = document.importNode(new DOMParser().parseFromString(w.graph, "image/svg+xml").documentElement, true);
     const rows = w.steps.slice(0, STEPS_SHOWN).map((s) => el("tr", { "data-step-id": s.id, "data-status": s.status },
@@ -63,8 +64,8 @@ export async function workflowPage() {
       el("td", { class: "wrap" }, (s.deps || []).map((d, i) => [i ? ", " : "", link(`/jobs/${d}`, names.get(d) ?? `#${d}`)])),
       el("td", {}, s.attempt_count), el("td", {}, when(s.started_at)), el("td", {}, when(s.completed_at)),
       el("td", {}, s.cancel_reason || ""), el("td", {}, output(s.output))));
-    const more = w.steps.length > STEPS_SHOWN
-      ? el("p", { class: "muted" }, `The first ${STEPS_SHOWN} of ${w.steps.length} steps; see the job browser for the rest.`) : null;
+    const more = w.steps_total > rows.length
+      ? el("p", { class: "muted" }, `The first ${rows.length} of ${w.steps_total} steps; see the job browser for the rest.`) : null;
     holder.replaceChildren(
       el("dl", { class: "facts", "data-workflow-facts": w.id }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
       section("Graph", el("figure", { class: "dag", "data-workflow-graph": w.id }, svg)),

@@ -131,13 +131,15 @@ ORDER BY w.id DESC LIMIT %(limit)s;
 SELECT id, name, created_at, cancelled_at FROM {schema}.workflows WHERE id = %(id)s;
 
 -- name: workflow_steps_list
--- One workflow's steps in id order: name, job status, task, queue, deps (job ids), output, release and cancel reason.
-SELECT s.job_id AS id, s.name, a.status::text AS status, a.task, a.queue_name, s.output, s.released_at,
+-- One workflow's steps in id order: name, job status, task, queue, deps (job ids), output (of the first `outputs` steps only, if given), release and cancel reason.
+SELECT s.job_id AS id, s.name, a.status::text AS status, a.task, a.queue_name,
+       CASE WHEN %(outputs)s::int IS NULL OR s.n <= %(outputs)s::int THEN s.output END AS output, s.released_at,
        s.cancel_reason, s.ignore_failed, s.ignore_cancelled, a.attempt_count, a.started_at, a.completed_at,
        coalesce((SELECT array_agg(d.dep_id ORDER BY d.dep_id) FROM {schema}.workflow_deps d
                  WHERE d.job_id = s.job_id), '{}') AS deps
-FROM {schema}.workflow_steps s JOIN {schema}.all_jobs a ON a.id = s.job_id
-WHERE s.workflow_id = %(id)s
+FROM (SELECT w.*, row_number() OVER (ORDER BY w.job_id) AS n FROM {schema}.workflow_steps w
+      WHERE w.workflow_id = %(id)s) s
+JOIN {schema}.all_jobs a ON a.id = s.job_id
 ORDER BY s.job_id;
 
 -- name: workflow_cancel
