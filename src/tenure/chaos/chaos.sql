@@ -324,10 +324,10 @@ FROM {schema}.jobs j JOIN {schema}.workers w ON w.id = j.locked_by
 WHERE j.status = 'running' GROUP BY w.pid;
 
 -- name: chaos_pick_for_cancel
--- One running job of the run (a pending one when none runs), chosen by a random fraction.
+-- One running job of the run (a pending one when none runs), chosen by a random fraction; never a job planned to meet another fault (payload `fault`), whose own recovery the run must see.
 WITH c AS (
     SELECT id, status FROM {schema}.jobs
-    WHERE queue_name = %(queue)s AND status IN ('running', 'pending')
+    WHERE queue_name = %(queue)s AND status IN ('running', 'pending') AND NOT payload ? 'fault'
 ), ranked AS (
     SELECT id, row_number() OVER (ORDER BY (status = 'running') DESC, id) AS r,
            count(*) FILTER (WHERE status = 'running') OVER () AS running, count(*) OVER () AS total
