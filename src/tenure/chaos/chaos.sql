@@ -423,7 +423,9 @@ WHERE queue_name = %(queue)s AND unique_key IS NOT NULL GROUP BY status ORDER BY
 -- name: chaos_workflow_steps
 -- Every workflow step of the queue: its state, flags, release, cancel reason, completion, deps, and its released and cancelled events (workflow_released_once, workflows_finished).
 SELECT j.id AS job_id, s.workflow_id, s.name, j.status::text AS status, s.ignore_failed, s.ignore_cancelled,
-       s.cancel_reason, extract(epoch FROM s.released_at)::float8 AS released_at,
+       s.cancel_reason,
+       (SELECT extract(epoch FROM max(e.created_at))::float8 FROM {schema}.job_events e
+        WHERE e.job_id = s.job_id AND e.event = 'released') AS released_at,
        extract(epoch FROM j.completed_at)::float8 AS completed_at,
        coalesce((SELECT array_agg(d.dep_id ORDER BY d.dep_id) FROM {schema}.workflow_deps d WHERE d.job_id = j.id),
                 '{}'::bigint[]) AS deps,

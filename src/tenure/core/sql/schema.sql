@@ -866,10 +866,9 @@ CREATE TABLE workflow_steps (
     ignore_failed    boolean     NOT NULL DEFAULT false,
     ignore_cancelled boolean     NOT NULL DEFAULT false,
     output           jsonb,
-    released_at      timestamptz,
     cancel_reason    text,
     UNIQUE (workflow_id, name)
-);
+) WITH (fillfactor = 70);
 -- `settled`: NULL while the dep has not ended, else how it ended (completed, failed, cancelled).
 -- A settled edge blocks no more when it completed or its step ignores that ending; otherwise it
 -- dooms the step (cancelled, reason dependency_failed or dependency_cancelled).
@@ -879,7 +878,7 @@ CREATE TABLE workflow_deps (
     settled  text   CHECK (settled IN ('completed', 'failed', 'cancelled')),
     PRIMARY KEY (job_id, dep_id),
     CHECK (job_id <> dep_id)
-);
+) WITH (fillfactor = 70);
 -- The release finds a settled job's dependents here: one probe per settled job.
 CREATE INDEX workflow_deps_dep_idx ON workflow_deps (dep_id);
 -- ... and judges each dependent by probes, never by reading all its edges (a fan-in of 10,000
@@ -917,33 +916,43 @@ CREATE OR REPLACE FUNCTION workflow_settle(deps bigint[], outcome text) RETURNS 
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
 DECLARE
     waiting bigint[];
+    contested bigint[];
     woken integer;
 BEGIN
     WITH settled AS (
         UPDATE workflow_deps d SET settled = outcome
         WHERE d.dep_id = ANY (deps) AND d.settled IS NULL
         RETURNING d.job_id
+    ), children AS (
+        SELECT DISTINCT job_id FROM settled
     )
-    SELECT array_agg(DISTINCT job_id) INTO waiting FROM settled;
+    SELECT array_agg(c.job_id),
+           array_agg(c.job_id) FILTER (WHERE EXISTS (
+               SELECT 1 FROM workflow_deps o
+               WHERE o.job_id = c.job_id AND o.settled IS NULL AND NOT o.dep_id = ANY (deps)))
+    INTO waiting, contested FROM children c;
     IF waiting IS NULL THEN
         RETURN;
     END IF;
-    -- A dependent with an edge still unsettled (as this transaction sees it) may have that edge
-    -- settled by a concurrent one: lock it, so the judgement below sees that edge once the other
-    -- commits. One without such an edge cannot be settled by anyone else (an edge settles once),
-    -- so a fan-out's dependents are judged without a lock each.
-    PERFORM 1 FROM unnest(waiting) AS w(id) JOIN jobs j ON j.id = w.id
-    WHERE j.status = 'waiting'
-      AND EXISTS (SELECT 1 FROM workflow_deps d WHERE d.job_id = j.id AND d.settled IS NULL)
-    ORDER BY j.id FOR UPDATE OF j;
+    -- A dependent with another edge still open (as this statement saw it) may have that edge
+    -- settled by a concurrent transaction: lock it, so the judgement below (a later statement,
+    -- a fresh snapshot) sees that edge once the other commits. One without such an edge cannot
+    -- be settled by anyone else (an edge settles once), so a fan-out's dependents are judged
+    -- without a lock each.
+    IF contested IS NOT NULL THEN
+        PERFORM 1 FROM unnest(contested) AS w(id) JOIN jobs j ON j.id = w.id
+        WHERE j.status = 'waiting' ORDER BY j.id FOR UPDATE OF j;
+    END IF;
     WITH judged AS (
         SELECT s.job_id, s.workflow_id, s.name,
                EXISTS (SELECT 1 FROM workflow_deps d WHERE d.job_id = s.job_id AND d.settled IS NULL) AS blocked,
-               NOT s.ignore_failed AND EXISTS (SELECT 1 FROM workflow_deps d
-                   WHERE d.job_id = s.job_id AND d.settled = 'failed') AS dep_failed,
-               NOT s.ignore_cancelled AND EXISTS (SELECT 1 FROM workflow_deps d
-                   WHERE d.job_id = s.job_id AND d.settled = 'cancelled') AS dep_cancelled
+               e.failed AND NOT s.ignore_failed AS dep_failed,
+               e.cancelled AND NOT s.ignore_cancelled AS dep_cancelled
         FROM unnest(waiting) AS w(id) JOIN workflow_steps s ON s.job_id = w.id
+        CROSS JOIN LATERAL (
+            SELECT coalesce(bool_or(d.settled = 'failed'), false) AS failed,
+                   coalesce(bool_or(d.settled = 'cancelled'), false) AS cancelled
+            FROM workflow_deps d WHERE d.job_id = s.job_id AND d.settled IN ('failed', 'cancelled')) e
     ), moved AS (
         UPDATE jobs j
         SET status = CASE WHEN g.dep_failed OR g.dep_cancelled THEN 'cancelled' ELSE 'pending' END::job_status,
@@ -957,9 +966,8 @@ BEGIN
                        WHEN g.dep_cancelled THEN 'dependency_cancelled' END AS reason
     ), marked AS (
         UPDATE workflow_steps s
-        SET released_at = CASE WHEN m.reason IS NULL THEN now() ELSE s.released_at END,
-            cancel_reason = m.reason
-        FROM moved m WHERE s.job_id = m.id
+        SET cancel_reason = m.reason
+        FROM moved m WHERE s.job_id = m.id AND m.reason IS NOT NULL
     ), events AS (
         INSERT INTO job_events (job_id, queue_name, event, reason, detail)
         SELECT id, queue_name, CASE WHEN reason IS NULL THEN 'released' ELSE 'cancelled' END, reason,

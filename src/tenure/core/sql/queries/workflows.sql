@@ -78,12 +78,18 @@ WITH dep AS (
     FROM judged g WHERE g.known
     RETURNING id, queue_name, status
 ), step AS (
-    INSERT INTO {schema}.workflow_steps (job_id, workflow_id, name, ignore_failed, ignore_cancelled, cancel_reason,
-                                         released_at)
+    INSERT INTO {schema}.workflow_steps (job_id, workflow_id, name, ignore_failed, ignore_cancelled, cancel_reason)
     SELECT ins.id, %(workflow_id)s, %(name)s, %(ignore_failed)s, %(ignore_cancelled)s,
-           CASE WHEN g.dep_failed THEN 'dependency_failed' WHEN g.dep_cancelled THEN 'dependency_cancelled' END,
-           CASE WHEN ins.status = 'pending' AND cardinality(%(deps)s::bigint[]) > 0 THEN now() END
+           CASE WHEN g.dep_failed THEN 'dependency_failed' WHEN g.dep_cancelled THEN 'dependency_cancelled' END
     FROM ins, judged g
+), events AS (
+    -- A step whose deps all ended already is released (or cancelled) by its add, as by a settle.
+    INSERT INTO {schema}.job_events (job_id, queue_name, event, reason, detail)
+    SELECT ins.id, ins.queue_name, CASE WHEN ins.status = 'pending' THEN 'released' ELSE 'cancelled' END,
+           CASE WHEN g.dep_failed THEN 'dependency_failed' WHEN g.dep_cancelled THEN 'dependency_cancelled' END,
+           jsonb_build_object('workflow_id', %(workflow_id)s::bigint, 'step', %(name)s::text)
+    FROM ins, judged g
+    WHERE cardinality(%(deps)s::bigint[]) > 0 AND ins.status IN ('pending', 'cancelled')
 ), edges AS (
     INSERT INTO {schema}.workflow_deps (job_id, dep_id, settled)
     SELECT ins.id, dep.job_id, CASE WHEN dep.status IN ('completed', 'failed', 'cancelled') THEN dep.status END
@@ -133,7 +139,9 @@ SELECT id, name, created_at, cancelled_at FROM {schema}.workflows WHERE id = %(i
 -- name: workflow_steps_list
 -- One workflow's steps in id order: name, job status, task, queue, deps (job ids), output (of the first `outputs` steps only, if given), release and cancel reason.
 SELECT s.job_id AS id, s.name, a.status::text AS status, a.task, a.queue_name,
-       CASE WHEN %(outputs)s::int IS NULL OR s.n <= %(outputs)s::int THEN s.output END AS output, s.released_at,
+       CASE WHEN %(outputs)s::int IS NULL OR s.n <= %(outputs)s::int THEN s.output END AS output,
+       (SELECT max(e.created_at) FROM {schema}.job_events e
+        WHERE e.job_id = s.job_id AND e.event = 'released') AS released_at,
        s.cancel_reason, s.ignore_failed, s.ignore_cancelled, a.attempt_count, a.started_at, a.completed_at,
        coalesce((SELECT array_agg(d.dep_id ORDER BY d.dep_id) FROM {schema}.workflow_deps d
                  WHERE d.job_id = s.job_id), '{}') AS deps
