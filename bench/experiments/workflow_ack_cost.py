@@ -7,7 +7,12 @@ database each, ``N`` plain jobs (``enqueue_many``) and ``N`` / 10 chains of 10 s
 one connection claims 100 and completes them (``Repository.complete_many``) until nothing is
 left, timing each statement from the client. A chain step's completion also releases the next
 step (the trigger's settle, judge and move), which is the difference. Prints microseconds per
-job, claim and ack, median over the runs. One machine's numbers, never assertions.
+job, claim and ack, median over the runs.
+
+Then the release of a fan-out: a workflow 1 -> ``N`` - 2 -> 1, its first step claimed and
+completed, that one completion timed (it releases every middle step), with the job browser's
+payload index and without it (dropped in that run's database only), to show what the index's
+entries for the released rows cost. One machine's numbers, never assertions.
 """
 
 from __future__ import annotations
@@ -64,6 +69,25 @@ def run_once(dsn: str, kind: str, n: int, size: int) -> tuple[float, float]:
     return claim / done * 1e6, ack / done * 1e6
 
 
+def fan_out_release(dsn: str, n: int, size: int, *, payload_index: bool) -> float:
+    """Milliseconds of the one completion that releases a fan-out's ``n`` - 2 middle steps."""
+    with connect(dsn) as conn:
+        repo = Repository(conn, "tenure")
+        repo.migrate()
+        wf = tenure.Workflow("fan-out")
+        first = wf.add("noop", payloads.payload(0, size), name="first")
+        middle = [wf.add("noop", payloads.payload(i, size), name=f"mid-{i}", deps=[first]) for i in range(1, n - 1)]
+        wf.add("noop", payloads.payload(n - 1, size), name="last", deps=middle)
+        wf.enqueue(conn)
+        if not payload_index:
+            conn.execute("DROP INDEX tenure.jobs_payload_idx")
+        conn.execute("ANALYZE")  # not VACUUM: as after a real enqueue, the index's pending entries stay
+        [job] = repo.claim("bench", ["default"], 1, 60)
+        t = time.perf_counter()
+        repo.complete_many("bench", [(job.id, job.lock_token)])
+        return (time.perf_counter() - t) * 1000
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.experiments.workflow_ack_cost", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,6 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     print("| jobs | claim µs/job (median) | ack µs/job (median) |\n|---|---|---|")
     for kind, rows in figures.items():
         print(f"| {kind} | {statistics.median(c for c, _ in rows):.0f} | {statistics.median(a for _, a in rows):.0f} |")
+    releases: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(args.runs):
+        for index in releases:
+            releases[index].append(fan_out_release(server.fresh_db("bench_wf_fan_out"), args.jobs,
+                                                   args.payload_bytes, payload_index=index))
+    print(f"\n### The release of a fan-out of {args.jobs - 2:,} steps (one completion), {args.runs} runs\n")
+    print("| payload index | ms (median, min–max) |\n|---|---|")
+    for index, ms in releases.items():
+        print(f"| {'with' if index else 'without'} | {statistics.median(ms):.0f} ({min(ms):.0f}–{max(ms):.0f}) |")
     return 0
 
 
