@@ -236,3 +236,18 @@ def test_retention_deletes_a_workflow_and_a_batch_once_their_jobs_are_gone(conn:
     pruned = retention.run_once(repo)
     assert (pruned.workflows, pruned.batches) == (1, 1)
     assert repo.workflow_show(wid) is None and repo.batch_get(bid) is None
+
+
+def test_cancelling_a_waiting_step_reports_it_and_cancels_what_waits_for_it(conn: Connection, schema: str,
+                                                                           repo: Repository) -> None:
+    from tenure import control
+    wf = tenure.Workflow("cancelled")
+    a = wf.add("a")
+    b = wf.add("b", deps=[a])
+    wf.add("c", deps=[b])
+    wf.enqueue(conn, schema=schema)
+    _, waiting, downstream = wf.step_ids
+    report = control.cancel(conn, [waiting], schema=schema, requested_by="test")
+    assert (report.cancelled, report.revoked, report.skipped) == ([waiting], [], {})
+    assert _status(repo, downstream) == "cancelled"
+    assert _events(repo, downstream, "cancelled")[0]["reason"] == "dependency_cancelled"
