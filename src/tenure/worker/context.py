@@ -344,9 +344,7 @@ class JobContext(StepContext):
         with self._repo() as repo:
             ok = repo.checkpoint(self.worker_id, self.job.id, self.job.lock_token, step, data, queue=self.job.queue)
         if not ok:
-            self._count_stale("checkpoint")
-            self.signal_lease_lost("checkpoint rejected: token no longer current")
-            raise LeaseLost(f"checkpoint of job {self.job.id} rejected: token no longer current")
+            self._refuse_stale("checkpoint")
         self.job = replace(self.job, checkpoint_step=step, checkpoint_data=data)
 
     def rate_limited(self, retry_after: float, *, limit: str | None = None) -> NoReturn:
@@ -477,6 +475,13 @@ class JobContext(StepContext):
     def _dedup(self, hit: bool) -> None:
         if self._dedup_hook is not None:
             self._dedup_hook(self, hit)
+
+    def _refuse_stale(self, operation: str) -> NoReturn:
+        """End this attempt's write ``operation`` that the database refused because the token no
+        longer holds the job: count and trace it, signal the lost lease, raise LeaseLost."""
+        self._count_stale(operation)
+        self.signal_lease_lost(f"{operation} rejected: token no longer current")
+        raise LeaseLost(f"{operation} of job {self.job.id} rejected: token no longer current")
 
     def _count_stale(self, operation: str) -> None:
         self._on_stale(self, operation)

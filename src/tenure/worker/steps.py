@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
-from tenure.core.errors import LeaseLost
+from tenure.core.errors import JobSpecError
 from tenure.core.repository import ClaimedJob, JobSpec, WorkflowStore
 from tenure.core.repository.plans import Step
 
@@ -25,11 +25,10 @@ class _Attempt(Protocol):
     @property
     def job(self) -> ClaimedJob: ...
     @property
-    def _repo(self) -> Callable[..., AbstractContextManager[Any]]: ...
+    def _repo(self) -> Callable[..., AbstractContextManager[WorkflowStore]]: ...
 
     def check_lease(self) -> None: ...
-    def signal_lease_lost(self, reason: str, *, local: bool = False, counted: bool = True) -> None: ...
-    def _count_stale(self, operation: str) -> None: ...
+    def _refuse_stale(self, operation: str) -> NoReturn: ...
 
 
 @dataclass(frozen=True)
@@ -52,29 +51,16 @@ class StepWorkflow:
         dep_ids = []
         for dep in deps:
             if not isinstance(dep, Step) or dep.job_id is None or dep.workflow != self.id:
-                from tenure.core.errors import JobSpecError
                 raise JobSpecError(f"step {step_name!r}: a dep must be a step of workflow {self.id} "
                                    f"(ctx.step, or a handle returned by ctx.workflow.add), got {dep!r}"[:300])
             dep_ids.append(dep.job_id)
         spec = JobSpec(task, payload, queue if queue is not None else ctx.job.queue)
         with ctx._repo() as repo:
-            row = _store(repo).workflow_step_add(ctx.job.id, ctx.job.lock_token, spec, name=step_name, deps=dep_ids,
-                                                 ignore_failed=ignore_failed, ignore_cancelled=ignore_cancelled)
+            row = repo.workflow_step_add(ctx.job.id, ctx.job.lock_token, spec, name=step_name, deps=dep_ids,
+                                         ignore_failed=ignore_failed, ignore_cancelled=ignore_cancelled)
         if row is None:
-            _stale(ctx, "workflow_add")
-            raise AssertionError("unreachable")
+            ctx._refuse_stale("workflow_add")
         return Step(step_name, self.id, job_id=int(row["id"]))
-
-
-def _store(repo: Any) -> WorkflowStore:
-    store: WorkflowStore = repo
-    return store
-
-
-def _stale(ctx: _Attempt, operation: str) -> None:
-    ctx._count_stale(operation)
-    ctx.signal_lease_lost(f"{operation} rejected: token no longer current")
-    raise LeaseLost(f"{operation} of job {ctx.job.id} rejected: token no longer current")
 
 
 class StepContext:
@@ -87,32 +73,31 @@ class StepContext:
         stale; ValueError when the job is no workflow step."""
         self.check_lease()
         with self._repo() as repo:
-            store = _store(repo)
-            if store.workflow_step_output_set(self.job.id, self.job.lock_token, value):
+            if repo.workflow_step_output_set(self.job.id, self.job.lock_token, value):
                 return
-            if store.workflow_step_get(self.job.id) is None:
+            if repo.workflow_step_get(self.job.id) is None:
                 raise ValueError(f"job {self.job.id} is no workflow step: it has no output")
-        _stale(self, "workflow_output")
+        self._refuse_stale("workflow_output")
 
     @property
     def dep_outputs(self: _Attempt) -> dict[str, Any]:
         """The outputs of this step's deps, by step name (None for a dep that stored none; an
         empty dict for a step without deps or a job that is no step)."""
         with self._repo() as repo:
-            return _store(repo).workflow_dep_outputs(self.job.id)
+            return repo.workflow_dep_outputs(self.job.id)
 
     @property
     def workflow(self: _Attempt) -> StepWorkflow | None:
         """This step's workflow (``ctx.workflow.add(...)`` adds to it); None for a job that is no step."""
         with self._repo() as repo:
-            row = _store(repo).workflow_step_get(self.job.id)
+            row = repo.workflow_step_get(self.job.id)
         return None if row is None else StepWorkflow(int(row["workflow_id"]), str(row["workflow_name"]), self)
 
     @property
     def step(self: _Attempt) -> Step:
         """This step's handle, for ``deps=[ctx.step]``; ValueError for a job that is no step."""
         with self._repo() as repo:
-            row = _store(repo).workflow_step_get(self.job.id)
+            row = repo.workflow_step_get(self.job.id)
         if row is None:
             raise ValueError(f"job {self.job.id} is no workflow step")
         return Step(str(row["name"]), int(row["workflow_id"]), job_id=self.job.id)
