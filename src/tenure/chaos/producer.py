@@ -128,7 +128,9 @@ CALLBACKS = ("completed", "exhausted", "finished")
 
 
 @dataclass(frozen=True)
-class PlannedStep:
+class ExtraJob:
+    """A workflow's step, a batch's job or a unique burst's job, as planned."""
+
     deps: tuple[int, ...]
     """Positions of earlier steps."""
     ignore_failed: bool
@@ -144,7 +146,7 @@ class Extra:
     kind: str
     """``workflow``, ``batch`` or ``unique``."""
     index: int
-    steps: tuple[PlannedStep, ...] = ()
+    steps: tuple[ExtraJob, ...] = ()
     """A workflow's steps, or a batch's jobs (no deps)."""
     key: str = ""
     """A unique burst's key."""
@@ -158,19 +160,19 @@ def plan_extras(*, workflows: int, batches: int, unique_keys: int, span: float, 
 
     extras: list[Extra] = []
     for i in range(workflows):
-        steps: list[PlannedStep] = []
+        steps: list[ExtraJob] = []
         for j in range(rng.randint(STEPS_MIN, STEPS_MAX)):
             deps = tuple(sorted(rng.sample(range(j), rng.randint(0, min(DEPS_MAX, j)))))
-            steps.append(PlannedStep(deps, bool(deps) and rng.random() < IGNORE_SHARE, rng.random() < FAIL_SHARE,
+            steps.append(ExtraJob(deps, bool(deps) and rng.random() < IGNORE_SHARE, rng.random() < FAIL_SHARE,
                                      work()))
         extras.append(Extra(rng.uniform(0, span), "workflow", i, tuple(steps)))
     for i in range(batches):
         size = rng.randint(BATCH_MIN, BATCH_MAX)
         failing = rng.randrange(size) if i % 2 else -1  # every other batch has a job that dead-letters
         extras.append(Extra(rng.uniform(0, span), "batch", i,
-                            tuple(PlannedStep((), False, k == failing, work()) for k in range(size))))
+                            tuple(ExtraJob((), False, k == failing, work()) for k in range(size))))
     for i in range(unique_keys * UNIQUE_BURSTS):
-        extras.append(Extra(rng.uniform(0, span), "unique", i, (PlannedStep((), False, False, work()),),
+        extras.append(Extra(rng.uniform(0, span), "unique", i, (ExtraJob((), False, False, work()),),
                             key=f"u{i % unique_keys}"))
     return sorted(extras, key=lambda e: e.at)
 
@@ -196,6 +198,9 @@ class ExtrasProducer:
         """What was enqueued: workflows, steps, batches, batch_jobs, unique_enqueues, unique_created."""
         self.error: BaseException | None = None
         self._local = threading.local()
+        self._conns: list[psycopg.Connection[Any]] = []
+        """Every connection the producer's threads opened, closed when it ends (guarded by ``_lock``)."""
+        self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=RACERS, thread_name_prefix="chaos-unique")
         self._thread = threading.Thread(target=self._run, name="chaos-extras", daemon=True)
 
@@ -210,6 +215,8 @@ class ExtrasProducer:
         if conn is None or conn.closed or conn.broken:
             conn = connect(self.dsn, application_name="tenure-chaos-extras")
             self._local.conn = conn
+            with self._lock:
+                self._conns.append(conn)
         return conn
 
     def _retrying(self, send: Callable[[psycopg.Connection[Any]], object]) -> None:
@@ -262,6 +269,9 @@ class ExtrasProducer:
             self.error = exc
         finally:
             self._pool.shutdown(wait=True)
+            with self._lock:
+                for conn in self._conns:
+                    conn.close()
 
 
 def extras_for(config: ChaosConfig, dsn: str, schema: str, *, span: float, rng: random.Random,
